@@ -1,0 +1,41 @@
+# The two commands of the README: `make book` and `make test`.
+# Both create .venv on a fresh machine and install everything from the package registries.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export MPLBACKEND := Agg
+
+.PHONY: book test claims bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[book,test]'
+	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $(STAMP)
+
+# Execute every chapter in the book profile and build the HTML into _build/html.
+# The execution cache means a second run re-executes only the chapters that changed.
+book: $(STAMP)
+	RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
+
+# Unit tests, then every chapter and capstone executed in the smoke profile.
+test: $(STAMP)
+	RLCOURSE_PROFILE=smoke $(PY) -m pytest -q
+
+# The chapters' claims in the book profile (slow: several minutes per chapter).
+claims: $(STAMP)
+	RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims
+
+# Speed targets; see benchmarks/README.md.
+bench: $(STAMP)
+	$(PY) benchmarks/build_base_model.py
+	$(PY) benchmarks/sampling_speed.py
+
+clean:
+	rm -rf _build

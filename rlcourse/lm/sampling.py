@@ -1,0 +1,192 @@
+"""Batched sampling with the KV cache: ``G`` samples per prompt, one rollout batch.
+
+The batch follows the conventions of TRL and verl: prompts left-padded, responses right-padded,
+``response_mask`` equal to 1 up to and including EOS, the ``G`` samples of a prompt contiguous, and
+``index`` holding each row's prompt (group) id.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from .model import position_ids_from_mask
+
+
+@dataclass
+class RolloutBatch:
+    """One batch of sampled responses; ``B = len(prompts) * G``.
+
+    ================ ========= ================================================================
+    prompt_ids       ``(B,P)`` left-padded prompt ids (row ``i`` is prompt ``i // G``)
+    prompt_mask      ``(B,P)`` 1 on real prompt tokens
+    response_ids     ``(B,T)`` right-padded response ids (pad after EOS)
+    response_mask    ``(B,T)`` float, 1 up to and including EOS
+    logprobs         ``(B,T)`` float32 log pi(y_t) at the sampling temperature; 0 where masked
+    index            ``(B,)``  long, the prompt (group) id of each row
+    truncated        ``(B,)``  bool, True where no EOS came within ``max_new_tokens``
+    prompts, texts   ``B``     prompt strings and decoded responses (special tokens removed)
+    temperature      float     the temperature the log-probs were taken at
+    ================ ========= ================================================================
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    logprobs: torch.Tensor
+    index: torch.Tensor
+    truncated: torch.Tensor
+    prompts: list[str]
+    texts: list[str]
+    temperature: float
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """``(B, P+T)``: prompt then response, ready for :func:`response_logprobs`."""
+        return torch.cat([self.prompt_ids, self.response_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.response_mask.long()], dim=1)
+
+    @property
+    def response_len(self) -> int:
+        return self.response_ids.shape[1]
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """``(B,)`` number of response tokens including EOS."""
+        return self.response_mask.sum(-1).long()
+
+    def __len__(self) -> int:
+        return self.response_ids.shape[0]
+
+    def select(self, rows: torch.Tensor | Sequence[int]) -> "RolloutBatch":
+        """The sub-batch of the given rows (tensors and lists alike)."""
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        pick = [int(r) for r in rows]
+        tensors = {k: getattr(self, k)[rows] for k in
+                   ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "logprobs", "index", "truncated")}
+        return replace(self, **tensors, prompts=[self.prompts[i] for i in pick], texts=[self.texts[i] for i in pick])
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set to ``-inf`` the logits outside the top-k tokens and outside the top-p nucleus.
+
+    ======= ========= =============================================
+    logits  ``(B,V)`` next-token scores (already divided by T)
+    returns ``(B,V)`` the same, with excluded tokens at ``-inf``
+    ======= ========= =============================================
+    """
+    if top_k < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1, got top_k={top_k}, top_p={top_p}")
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass of the tokens ranked above it already reaches top_p
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ``(ids, mask)`` of shape ``(N, P)``; raises on an empty list or an empty prompt."""
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, not one string")
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty: nothing to sample")
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str) or not p:
+            raise ValueError(f"prompt {i} is empty or not a string: {p!r}")
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    return enc["input_ids"], enc["attention_mask"]
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    num_generations: int = 1,
+    max_new_tokens: int = 16,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> RolloutBatch:
+    """Sample ``num_generations`` responses for each prompt, all rows in one batch, with the KV cache.
+
+    ``temperature=0`` decodes greedily (its log-probs are then taken at temperature 1). The
+    log-probs are those of ``softmax(logits / temperature)`` before top-k / top-p filtering, which
+    is what :func:`~rlcourse.lm.response_logprobs` recomputes at training time; with filtering on,
+    the samples are therefore slightly off-policy with respect to those log-probs.
+    """
+    if num_generations < 1:
+        raise ValueError(f"num_generations (G) must be at least 1, got {num_generations}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    ids, mask = encode_prompts(tokenizer, prompts)
+    context = getattr(model.config, "max_position_embeddings", None)
+    longest = int(mask.sum(-1).max())
+    if context is not None and longest + max_new_tokens > context:
+        raise ValueError(f"a prompt of {longest} tokens plus max_new_tokens={max_new_tokens} exceeds the model's "
+                         f"context of {context} positions")
+    device = next(model.parameters()).device
+    G = num_generations
+    ids, mask = ids.repeat_interleave(G, 0).to(device), mask.repeat_interleave(G, 0).to(device)
+    B = ids.shape[0]
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    greedy = temperature == 0
+    temp = 1.0 if greedy else float(temperature)
+
+    was_training = model.training
+    model.eval()
+    positions = position_ids_from_mask(mask)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache, next_pos, attn = out.cache, positions[:, -1:] + 1, mask
+    tokens, logps = [], []
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    for step in range(max_new_tokens):
+        logits = out.logits[:, -1, :].float() / temp
+        logp_all = torch.log_softmax(logits, dim=-1)
+        if greedy:
+            tok = logits.argmax(-1)
+        else:
+            probs = torch.softmax(filter_logits(logits, top_k, top_p), dim=-1)
+            tok = torch.multinomial(probs.cpu() if generator is not None else probs, 1, generator=generator)
+            tok = tok.squeeze(-1).to(device)
+        tok = torch.where(done, torch.full_like(tok, pad), tok)
+        tokens.append(tok)
+        logps.append(torch.where(done, torch.zeros_like(logits[:, 0]), logp_all.gather(-1, tok[:, None]).squeeze(-1)))
+        done = done | (tok == eos)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
+                    cache=cache, use_cache=True)
+        cache, next_pos = out.cache, next_pos + 1
+    model.train(was_training)
+
+    response_ids = torch.stack(tokens, 1)
+    is_eos = (response_ids == eos).long()
+    # 1 up to and including the first EOS: count of EOS strictly before position t is zero
+    before = is_eos.cumsum(1) - is_eos
+    response_mask = (before == 0).float()
+    truncated = is_eos.sum(1) == 0
+    texts = tokenizer.batch_decode(response_ids.masked_fill(response_mask == 0, pad), skip_special_tokens=True)
+    return RolloutBatch(
+        prompt_ids=ids, prompt_mask=mask, response_ids=response_ids, response_mask=response_mask,
+        logprobs=torch.stack(logps, 1) * response_mask,
+        index=torch.arange(len(prompts), device=device).repeat_interleave(G),
+        truncated=truncated, prompts=[p for p in prompts for _ in range(G)], texts=texts,
+        temperature=temp,
+    )

@@ -1,0 +1,182 @@
+"""Base models of a chosen strength: SFT pre-training on a task's demonstrations, cached on disk.
+
+``load_base_model("addition", strength=0.5)`` trains the tiny model on demonstrations until its greedy
+accuracy on held-out prompts reaches 50% (checked every ``eval_every`` steps), saves it as safetensors
+under :func:`rlcourse.cache_dir`, and loads it from there on every later call. The build is
+deterministic for a seed, so the cache is only a shortcut: deleting it rebuilds the same weights.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers.utils import logging as hf_logging
+
+from ..profiles import Profile, cache_dir, profile as current_profile
+from ..tasks import Example, Task, get_task
+from .model import build_model, response_logprobs
+from .sampling import encode_prompts, sample
+from .tokenizer import build_tokenizer
+
+ZOO_VERSION = 1  # bump when anything that changes the built weights changes
+NAMED_STRENGTHS = {"weak": 0.2, "medium": 0.5, "strong": 0.8}
+
+
+def max_new_tokens_for(task: Task, examples: list[Example] | None = None) -> int:
+    """Enough new tokens for the task's longest demonstration plus EOS (at least 4)."""
+    examples = examples if examples is not None else task.examples(64, seed=12345)
+    return max(4, max(len(e.solution) for e in examples) + 1)
+
+
+def sft_batch(tokenizer, examples: list[Example]):
+    """Tokenised SFT batch in the rollout layout: ``(input_ids, attention_mask, response_mask)``.
+
+    ============== ========== ===============================================
+    input_ids      ``(B,P+T)`` left-padded prompt, right-padded solution + EOS
+    attention_mask ``(B,P+T)`` 1 on real tokens
+    response_mask  ``(B,T)``   1 on solution tokens and the EOS
+    ============== ========== ===============================================
+    """
+    p_ids, p_mask = encode_prompts(tokenizer, [e.prompt for e in examples])
+    enc = tokenizer([e.solution + tokenizer.eos_token for e in examples], return_tensors="pt",
+                    padding=True, padding_side="right", add_special_tokens=False)
+    r_ids, r_mask = enc["input_ids"], enc["attention_mask"]
+    return torch.cat([p_ids, r_ids], 1), torch.cat([p_mask, r_mask], 1), r_mask.float()
+
+
+def sft_loss(model, tokenizer, examples: list[Example]) -> torch.Tensor:
+    """Mean negative log-likelihood per response token of the demonstrations (a scalar)."""
+    input_ids, attention_mask, response_mask = sft_batch(tokenizer, examples)
+    logp = response_logprobs(model, input_ids, attention_mask, response_mask.shape[1])
+    return -(logp * response_mask).sum() / response_mask.sum()
+
+
+def greedy_accuracy(model, tokenizer, task: Task | str, examples: list[Example], max_new_tokens: int | None = None,
+                    batch_size: int = 256) -> float:
+    """Fraction of ``examples`` that greedy decoding answers correctly."""
+    task = get_task(task)
+    max_new_tokens = max_new_tokens or max_new_tokens_for(task, examples)
+    rewards = []
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i:i + batch_size]
+        batch = sample(model, tokenizer, [e.prompt for e in chunk], temperature=0.0, max_new_tokens=max_new_tokens)
+        rewards.extend(task.rewards(batch.texts, chunk).tolist())
+    return float(sum(rewards) / len(rewards))
+
+
+@dataclass
+class PretrainResult:
+    steps: int
+    accuracy: float
+    history: list[dict]
+    seconds: float
+
+
+def pretrain(model, tokenizer, task: Task | str, max_steps: int, batch_size: int = 64, lr: float = 1e-3,
+             target_accuracy: float | None = None, eval_every: int = 50, eval_prompts: int = 256, seed: int = 0,
+             progress: bool = True) -> PretrainResult:
+    """SFT on the task's demonstrations with AdamW; stops early once held-out greedy accuracy reaches
+    ``target_accuracy``. Returns the accuracy curve (``history``: step, loss, accuracy)."""
+    task = get_task(task)
+    if max_steps < 1 or batch_size < 1:
+        raise ValueError(f"max_steps and batch_size must be positive, got {max_steps}, {batch_size}")
+    if target_accuracy is not None and not 0.0 < target_accuracy <= 1.0:
+        raise ValueError(f"target_accuracy must be in (0, 1], got {target_accuracy}")
+    pool = task.examples(min(max_steps * batch_size, 20000), seed=seed, split="train")
+    held_out = task.examples(eval_prompts, seed=seed, split="test")
+    max_new = max_new_tokens_for(task, held_out)
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    history: list[dict] = [{"step": 0, "loss": None,
+                            "accuracy": greedy_accuracy(model, tokenizer, task, held_out, max_new)}]
+    start, model_was_training = time.perf_counter(), model.training
+    model.train()
+    bar = tqdm(range(1, max_steps + 1), desc=f"SFT {task.name}", disable=not progress, mininterval=1.0)
+    for step in bar:
+        rows = torch.randint(len(pool), (batch_size,), generator=gen).tolist()
+        loss = sft_loss(model, tokenizer, [pool[i] for i in rows])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % eval_every == 0 or step == max_steps:
+            acc = greedy_accuracy(model, tokenizer, task, held_out, max_new)
+            model.train()
+            history.append({"step": step, "loss": loss.item(), "accuracy": acc})
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{acc:.2f}")
+            if target_accuracy is not None and acc >= target_accuracy:
+                break
+    bar.close()
+    model.train(model_was_training)
+    model.eval()
+    return PretrainResult(steps=history[-1]["step"], accuracy=history[-1]["accuracy"], history=history,
+                          seconds=time.perf_counter() - start)
+
+
+def _resolve_strength(strength: float | str) -> float:
+    if isinstance(strength, str):
+        if strength not in NAMED_STRENGTHS:
+            raise ValueError(f"unknown strength {strength!r}; use a number in (0, 1] or one of {sorted(NAMED_STRENGTHS)}")
+        return NAMED_STRENGTHS[strength]
+    if not 0.0 < float(strength) <= 1.0:
+        raise ValueError(f"strength must be a target accuracy in (0, 1], got {strength}")
+    return float(strength)
+
+
+def base_model_path(task: Task | str, strength: float | str = "medium", seed: int = 0,
+                    prof: Profile | None = None) -> Path:
+    """Where :func:`load_base_model` caches this model (a folder named by a hash of everything that
+    determines its weights)."""
+    task, prof = get_task(task), prof or current_profile()
+    recipe = {"zoo_version": ZOO_VERSION, "task": task.name, "strength": _resolve_strength(strength), "seed": seed,
+              "profile": prof.as_dict()}
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / "zoo" / f"{task.name}-{prof.name}-acc{recipe['strength']:.2f}-seed{seed}-{digest}"
+
+
+def load_base_model(task: Task | str, strength: float | str = "medium", seed: int = 0, prof: Profile | None = None,
+                    progress: bool = True) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """A base model for ``task`` whose held-out greedy accuracy first reached ``strength``.
+
+    ``strength`` is a target accuracy in (0, 1] or ``"weak"`` (0.2), ``"medium"`` (0.5), ``"strong"``
+    (0.8). Pre-training stops at the profile's ``pretrain_max_steps`` if the target is not reached;
+    ``model.config.rlcourse_pretrain`` records the steps, the accuracy reached and the curve.
+    """
+    target = _resolve_strength(strength)
+    task, prof = get_task(task), prof or current_profile()
+    path = base_model_path(task, target, seed, prof)
+    if (path / "model.safetensors").exists():
+        hf_logging.disable_progress_bar()  # loading 0.6M parameters needs no progress bar
+        try:
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+            model = LlamaForCausalLM.from_pretrained(path)
+        finally:
+            hf_logging.enable_progress_bar()
+        return model.eval(), tokenizer
+    tokenizer = build_tokenizer()
+    model = build_model(tokenizer, prof, seed=seed)
+    result = pretrain(model, tokenizer, task, max_steps=prof.pretrain_max_steps, batch_size=prof.pretrain_batch,
+                      lr=prof.pretrain_lr, target_accuracy=target, eval_every=prof.eval_every,
+                      eval_prompts=prof.eval_prompts, seed=seed, progress=progress)
+    model.config.rlcourse_pretrain = {"task": task.name, "target_accuracy": target, "steps": result.steps,
+                                      "accuracy": result.accuracy, "seconds": result.seconds,
+                                      "history": result.history, "profile": prof.name, "seed": seed}
+    tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(tmp)
+    finally:
+        hf_logging.enable_progress_bar()
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(path)  # atomic: a reader never sees half a model
+    except OSError:  # another process finished first; keep its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model.eval(), tokenizer

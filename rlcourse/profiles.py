@@ -1,0 +1,101 @@
+"""Profiles: one chapter text, three sizes.
+
+A chapter never hard-codes a size; it asks :func:`profile`, which reads the environment
+variable ``RLCOURSE_PROFILE``:
+
+========  ==========================================================================
+smoke     seconds per chapter; what the tests execute. It proves the code runs, not the claim.
+book      (default) what the HTML book executes on a 2-core CPU, about 3 minutes a chapter.
+full      GPU scale: capstones, and chapters that can scale up.
+========  ==========================================================================
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+PROFILE_NAMES = ("smoke", "book", "full")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The sizes of one profile. Fields shared by many chapters live here; a chapter's own
+    sizes come from :meth:`pick`."""
+
+    name: str
+    # the tiny language model
+    lm_hidden: int
+    lm_intermediate: int
+    lm_layers: int
+    lm_heads: int
+    lm_max_positions: int
+    # pre-training (SFT) of base models
+    pretrain_max_steps: int
+    pretrain_batch: int
+    pretrain_lr: float
+    eval_every: int
+    eval_prompts: int
+    # the RL loop
+    rl_steps: int
+    rl_prompts: int
+    num_generations: int
+    rl_lr: float
+    seeds: int
+
+    def pick(self, smoke: Any, book: Any, full: Any = None) -> Any:
+        """Return the value for this profile (``full`` defaults to ``book``)."""
+        return {"smoke": smoke, "book": book, "full": book if full is None else full}[self.name]
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_PROFILES = {
+    "smoke": Profile(
+        name="smoke", lm_hidden=32, lm_intermediate=64, lm_layers=1, lm_heads=2, lm_max_positions=64,
+        pretrain_max_steps=30, pretrain_batch=32, pretrain_lr=3e-3, eval_every=10, eval_prompts=64,
+        rl_steps=3, rl_prompts=4, num_generations=4, rl_lr=1e-4, seeds=1,
+    ),
+    "book": Profile(
+        name="book", lm_hidden=128, lm_intermediate=384, lm_layers=3, lm_heads=4, lm_max_positions=64,
+        pretrain_max_steps=1500, pretrain_batch=64, pretrain_lr=1e-3, eval_every=25, eval_prompts=256,
+        rl_steps=120, rl_prompts=16, num_generations=8, rl_lr=1e-4, seeds=3,
+    ),
+    "full": Profile(
+        name="full", lm_hidden=256, lm_intermediate=768, lm_layers=4, lm_heads=8, lm_max_positions=128,
+        pretrain_max_steps=6000, pretrain_batch=128, pretrain_lr=1e-3, eval_every=100, eval_prompts=1024,
+        rl_steps=500, rl_prompts=64, num_generations=8, rl_lr=1e-4, seeds=5,
+    ),
+}
+
+
+def profile(name: str | None = None) -> Profile:
+    """The sizes for ``name``, or for ``$RLCOURSE_PROFILE`` (default ``"book"``)."""
+    name = name if name is not None else os.environ.get("RLCOURSE_PROFILE", "book")
+    key = name.strip().lower()
+    if key not in _PROFILES:
+        raise ValueError(f"unknown profile {name!r} (from RLCOURSE_PROFILE?); choose one of {PROFILE_NAMES}")
+    return _PROFILES[key]
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch, and return a torch generator seeded the same way."""
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    random.seed(int(seed))
+    np.random.seed(int(seed) % 2**32)
+    torch.manual_seed(int(seed))
+    return torch.Generator().manual_seed(int(seed))
+
+
+def cache_dir() -> Path:
+    """The folder where built models are cached: ``$RLCOURSE_CACHE`` or ``~/.cache/rlcourse``."""
+    path = Path(os.environ.get("RLCOURSE_CACHE", Path.home() / ".cache" / "rlcourse")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,19 @@
+"""Test-session settings: smoke profile, offline hub, and a fresh model cache for the session.
+
+A fresh cache means every base model the tests use is built by the code under test, never
+loaded from a stale copy left by an older version.
+"""
+import os
+import tempfile
+
+os.environ.setdefault("RLCOURSE_PROFILE", "smoke")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("TQDM_DISABLE", "1")
+if "RLCOURSE_TEST_KEEP_CACHE" not in os.environ:
+    os.environ["RLCOURSE_CACHE"] = tempfile.mkdtemp(prefix="rlcourse-test-cache-")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))

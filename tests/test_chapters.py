@@ -1,0 +1,57 @@
+"""Every chapter and capstone in _toc.yml, executed in the smoke profile (as a reader's kernel would)."""
+import os
+import time
+from pathlib import Path
+
+import jupytext
+import nbclient
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER_TIME_LIMIT_S = int(os.environ.get("RLCOURSE_CHAPTER_TIMEOUT", "600"))
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    return files
+
+
+def executable(stem: str) -> bool:
+    path = ROOT / f"{stem}.md"
+    return path.exists() and path.read_text().startswith("---\njupytext:")
+
+
+def test_every_chapter_file_is_in_the_toc():
+    listed = set(toc_files())
+    for folder in ("book", "notebooks"):
+        for path in (ROOT / folder).glob("*.md"):
+            stem = str(path.relative_to(ROOT).with_suffix(""))
+            assert stem in listed, f"{stem}.md is not listed in _toc.yml"
+    for stem in listed:
+        assert (ROOT / f"{stem}.md").exists(), f"_toc.yml lists {stem}, which does not exist"
+
+
+CHAPTERS = [s for s in toc_files() if executable(s)]
+
+
+@pytest.mark.chapters
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_chapter_executes_in_smoke_profile(stem):
+    nb = jupytext.read(ROOT / f"{stem}.md")
+    client = nbclient.NotebookClient(nb, timeout=CHAPTER_TIME_LIMIT_S, kernel_name="python3",
+                                     resources={"metadata": {"path": str((ROOT / stem).parent)}})
+    start = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - start
+    assert elapsed < CHAPTER_TIME_LIMIT_S, f"{stem} took {elapsed:.0f} s in the smoke profile"

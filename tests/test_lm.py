@@ -1,0 +1,177 @@
+import pytest
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+import rlcourse
+from rlcourse.lm import (base_model_path, build_model, build_tokenizer, filter_logits, load_base_model,
+                         logprobs_from_logits, response_logprobs, sample)
+from rlcourse.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return build_model(tok, rlcourse.profile("smoke"), seed=1).eval()
+
+
+def test_tokenizer_round_trip(tok, tmp_path):
+    text = "47+85=231|132 sort 4179: 3*5-7 (What is x?)"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text)  # one token per character
+    assert tok.decode(ids) == text
+    tok.save_pretrained(tmp_path)
+    for loaded in (PreTrainedTokenizerFast.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path)):
+        assert loaded(text, add_special_tokens=False)["input_ids"] == ids
+        assert loaded.pad_token == "<pad>" and loaded.eos_token == "<eos>"
+        assert (loaded.pad_token_id, loaded.eos_token_id) == (tok.pad_token_id, tok.eos_token_id)
+    assert tok.decode(ids + [tok.eos_token_id, tok.pad_token_id], skip_special_tokens=True) == text
+
+
+def test_profile_and_seed(monkeypatch):
+    monkeypatch.setenv("RLCOURSE_PROFILE", "book")
+    assert rlcourse.profile().name == "book"
+    monkeypatch.delenv("RLCOURSE_PROFILE")
+    assert rlcourse.profile().name == "book"
+    assert rlcourse.profile("smoke").pick(1, 2, 3) == 1
+    with pytest.raises(ValueError, match="unknown profile 'huge'"):
+        rlcourse.profile("huge")
+    rlcourse.seed_everything(5)
+    a = torch.rand(3)
+    rlcourse.seed_everything(5)
+    assert torch.equal(a, torch.rand(3))
+    with pytest.raises(ValueError):
+        rlcourse.seed_everything(-1)
+
+
+def test_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLCOURSE_CACHE", str(tmp_path / "c"))
+    assert rlcourse.cache_dir() == tmp_path / "c" and (tmp_path / "c").is_dir()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 1.3])
+def test_sampling_logprobs_equal_recomputed(tok, model, temperature):
+    prompts = ["1+2=", "sort 93715:", "47+85=", "9 9 9>81:"]  # different lengths: left padding
+    g = torch.Generator().manual_seed(0)
+    b = sample(model, tok, prompts, num_generations=3, max_new_tokens=12, temperature=temperature, generator=g)
+    assert b.prompt_mask[:, 0].tolist().count(0) > 0  # some rows really are left-padded
+    recomputed = response_logprobs(model, b.input_ids, b.attention_mask, b.response_len, temperature)
+    m = b.response_mask
+    assert torch.allclose(recomputed * m, b.logprobs, atol=1e-5)
+    assert (b.logprobs[m == 0] == 0).all()
+
+
+def test_sampling_logprobs_match_step_by_step_log_softmax(tok, model):
+    """The per-token log-prob of a sampled response equals log_softmax of a fresh forward pass on
+    the unpadded prefix, one position at a time (no cache, no padding)."""
+    b = sample(model, tok, ["12+3=", "sort 4179:"], num_generations=2, max_new_tokens=6, temperature=0.8,
+               generator=torch.Generator().manual_seed(3))
+    for row in range(len(b)):
+        prefix = b.prompt_ids[row][b.prompt_mask[row] == 1]
+        for t in range(int(b.lengths[row])):
+            with torch.no_grad():
+                logits = model(input_ids=prefix[None]).logits[0, -1]
+            expected = torch.log_softmax(logits / 0.8, -1)[b.response_ids[row, t]]
+            assert abs(float(expected) - float(b.logprobs[row, t])) < 1e-5
+            prefix = torch.cat([prefix, b.response_ids[row, t:t + 1]])
+
+
+def test_rollout_layout(tok, model):
+    b = sample(model, tok, ["1+2=", "33+4="], num_generations=4, max_new_tokens=10,
+               generator=torch.Generator().manual_seed(1))
+    assert b.index.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert b.prompts[:5] == ["1+2="] * 4 + ["33+4="]
+    eos = tok.eos_token_id
+    for row in range(len(b)):
+        n = int(b.lengths[row])
+        assert b.response_mask[row, :n].eq(1).all() and b.response_mask[row, n:].eq(0).all()
+        ids = b.response_ids[row].tolist()
+        if not b.truncated[row]:
+            assert ids[n - 1] == eos and eos not in ids[:n - 1]  # mask includes the first EOS
+            assert all(i == tok.pad_token_id for i in ids[n:])
+        else:
+            assert n == b.response_len and eos not in ids
+    assert b.texts[0] == tok.decode(b.response_ids[0][b.response_mask[0] == 1], skip_special_tokens=True)
+
+
+def test_sampling_deterministic_and_greedy(tok, model):
+    kw = dict(num_generations=2, max_new_tokens=8, temperature=1.0)
+    a = sample(model, tok, ["5+5="], generator=torch.Generator().manual_seed(7), **kw)
+    b = sample(model, tok, ["5+5="], generator=torch.Generator().manual_seed(7), **kw)
+    assert torch.equal(a.response_ids, b.response_ids)
+    g = sample(model, tok, ["5+5=", "5+5="], temperature=0.0, max_new_tokens=8)
+    assert torch.equal(g.response_ids[0], g.response_ids[1])
+
+
+def test_filter_logits():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2)).tolist() == [[False, False, True, True]]
+    # nucleus 0.7: 0.5 alone is below, 0.5+0.3 reaches it; the rest are dropped
+    assert torch.isinf(filter_logits(logits, top_p=0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_logits(logits, top_p=0.5)).tolist() == [[False, True, True, True]]
+    assert not torch.isinf(filter_logits(logits)).any()
+
+
+def test_top_k_samples_only_allowed_tokens(tok, model):
+    b = sample(model, tok, ["1+1="], num_generations=64, max_new_tokens=1, top_k=1,
+               generator=torch.Generator().manual_seed(0))
+    greedy = sample(model, tok, ["1+1="], temperature=0.0, max_new_tokens=1)
+    assert (b.response_ids[:, 0] == greedy.response_ids[0, 0]).all()
+
+
+def test_bad_input_is_a_clear_error(tok, model):
+    with pytest.raises(ValueError, match="num_generations"):
+        sample(model, tok, ["1+1="], num_generations=0)
+    with pytest.raises(ValueError, match="prompts is empty"):
+        sample(model, tok, [])
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        sample(model, tok, ["1+1=", ""])
+    with pytest.raises(TypeError, match="list of strings"):
+        sample(model, tok, "1+1=")
+    with pytest.raises(ValueError, match="exceeds the model's context of 64"):
+        sample(model, tok, ["1" * 60], max_new_tokens=8)
+    with pytest.raises(ValueError, match="response_len"):
+        response_logprobs(model, torch.ones(2, 5, dtype=torch.long), torch.ones(2, 5), 5)
+    with pytest.raises(ValueError, match="do not match"):
+        logprobs_from_logits(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="unknown task"):
+        load_base_model("nope")
+    with pytest.raises(ValueError, match="strength"):
+        load_base_model("sort", strength=1.5)
+
+
+def test_zoo_is_deterministic_and_cached(tmp_path, monkeypatch):
+    prof = rlcourse.profile("smoke")
+    monkeypatch.setenv("RLCOURSE_CACHE", str(tmp_path / "a"))
+    m1, _ = load_base_model("sort", strength=0.9, prof=prof, progress=False)
+    assert base_model_path("sort", 0.9, prof=prof).joinpath("model.safetensors").exists()
+    m_cached, tok = load_base_model("sort", strength=0.9, prof=prof, progress=False)
+    monkeypatch.setenv("RLCOURSE_CACHE", str(tmp_path / "b"))
+    m2, _ = load_base_model("sort", strength=0.9, prof=prof, progress=False)  # a fresh build elsewhere
+    for (n, p1), p2, p3 in zip(m1.named_parameters(), m2.parameters(), m_cached.parameters()):
+        assert torch.equal(p1, p2), n
+        assert torch.equal(p1, p3), n
+    info = m_cached.config.rlcourse_pretrain
+    assert info["task"] == "sort" and info["steps"] >= 1 and len(info["history"]) >= 2
+    assert info["history"][0]["step"] == 0
+    assert isinstance(tok, PreTrainedTokenizerFast)
+
+
+def test_pretraining_learns_sorting():
+    """A real (if small) learning check: SFT must lift held-out accuracy well above its start."""
+    from rlcourse.lm import greedy_accuracy, pretrain
+
+    torch.manual_seed(0)
+    tok = build_tokenizer()
+    prof = rlcourse.profile("smoke")
+    model = build_model(tok, rlcourse.Profile(**{**prof.as_dict(), "lm_hidden": 64, "lm_intermediate": 128,
+                                                 "lm_layers": 2}), seed=0)
+    task = get_task("sort")
+    result = pretrain(model, tok, task, max_steps=150, batch_size=64, lr=3e-3, eval_every=150, eval_prompts=64,
+                      progress=False)
+    assert result.history[0]["accuracy"] < 0.05
+    assert result.accuracy > 0.3, result.history
+    assert greedy_accuracy(model, tok, task, task.examples(64, split="test")) == pytest.approx(result.accuracy)
