@@ -1,0 +1,524 @@
+"""One trainer for the loop: sample -> score -> advantages -> loss -> update.
+
+::
+
+    prompts --sample--> rollouts --score--> rewards --estimate--> advantages --loss--> update
+      ^ prompt_sampler    ^ sampler           ^ reward              ^ advantage_estimator  ^ policy_loss
+
+Each of the five parts is looked up by name in its registry (:mod:`rlcourse.data`,
+:mod:`rlcourse.rollout`, :mod:`rlcourse.rewards`, :mod:`rlcourse.advantages`,
+:mod:`rlcourse.losses`), so a chapter that changes one part registers a function and names it in the
+config; the trainer is never edited. The configuration speaks TRL's vocabulary
+(``num_generations``, ``beta``, ``epsilon``, ``epsilon_high``, ``loss_type``, ``scale_rewards``,
+``max_completion_length``, ``num_iterations``).
+
+Also here: :func:`sft` (supervised fine-tuning on demonstrations) and :func:`train_reward_model`
+(Bradley-Terry on preference pairs).
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import inspect
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+from tqdm import tqdm
+
+from .advantages import get_estimator, place_on_last_token
+from .data import get_prompt_sampler
+from .lm.heads import ScalarHeadModel
+from .lm.model import response_logprobs
+from .lm.sampling import RolloutBatch, encode_prompts
+from .lm.zoo import greedy_accuracy, sft_loss
+from .losses import AGG_MODES, LOSS_TYPE_TO_AGG, agg_denominators, agg_loss, bradley_terry_loss, \
+    compute_value_loss, get_policy_loss, kl_penalty
+from .metrics import explained_variance
+from .ops import check_finite, masked_mean, masked_whiten
+from .rewards import get_reward
+from .rollout import get_sampler
+from .tasks import Example, Task, get_task
+
+
+@dataclass
+class RLConfig:
+    """Configuration of :class:`Trainer`, in TRL's vocabulary where TRL has a name.
+
+    ========================= ==========================================================
+    num_generations           G, samples per prompt (contiguous in the batch)
+    prompts_per_step          prompts per step; the batch has ``prompts_per_step * G`` rows
+    beta                      KL coefficient; a reference model exists only when beta > 0
+    kl_estimator              ``k1``/``k2``/``k3``/``k3+`` (``kl_penalty``)
+    kl_in_reward              put ``-beta * k1`` in the per-token reward instead of the loss
+    epsilon, epsilon_high     PPO clip range (``epsilon_high`` defaults to ``epsilon``)
+    loss_type                 ``dapo``/``bnpo``/``grpo``/``dr_grpo`` or a verl aggregation mode
+    scale_rewards             ``group``/``batch``/``none`` (``grpo`` estimator only)
+    max_completion_length     new tokens per response (also Dr. GRPO's constant)
+    num_iterations            optimisation passes over each batch (mu)
+    micro_batch_size          rows per backward pass (gradient identical to one pass)
+    advantage_estimator, policy_loss, reward, sampler, prompt_sampler: registry names
+    ========================= ==========================================================
+    """
+
+    # TRL vocabulary
+    num_generations: int = 8
+    beta: float = 0.0
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    loss_type: str = "dapo"
+    scale_rewards: str = "group"
+    max_completion_length: int = 16
+    num_iterations: int = 1
+    learning_rate: float = 1e-4
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    # the loop
+    steps: int = 100
+    prompts_per_step: int = 16
+    micro_batch_size: int | None = None
+    max_grad_norm: float | None = 1.0
+    entropy_coef: float = 0.0
+    clip_ratio_c: float | None = None
+    kl_estimator: str = "k3"
+    kl_in_reward: bool = False
+    seed: int = 0
+    train_pool_size: int = 4000
+    # the swappable parts
+    prompt_sampler: str | Callable = "uniform"
+    sampler: str | Callable = "policy"
+    reward: str | Callable = "task"
+    advantage_estimator: str | Callable = "grpo"
+    policy_loss: str | Callable = "vanilla"
+    advantage_kwargs: dict = field(default_factory=dict)
+    # PPO with a critic
+    gamma: float = 1.0
+    lam: float = 0.95
+    vf_coef: float = 0.5
+    cliprange_value: float | None = 0.2
+    critic_learning_rate: float | None = None
+    whiten_advantages: bool | None = None  # default: True for gae, False otherwise
+    # evaluation, logging, checkpoints
+    eval_every: int = 0
+    eval_prompts: int = 128
+    output_dir: str | None = None
+    save_every: int = 0
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.num_generations < 1:
+            raise ValueError(f"num_generations must be >= 1, got {self.num_generations}")
+        if self.prompts_per_step < 1 or self.steps < 0:
+            raise ValueError("prompts_per_step must be >= 1 and steps >= 0")
+        if self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be >= 1, got {self.num_iterations}")
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {self.scale_rewards!r}")
+        if self.loss_type not in LOSS_TYPE_TO_AGG and self.loss_type not in AGG_MODES:
+            raise ValueError(f"unknown loss_type {self.loss_type!r}; TRL names {sorted(LOSS_TYPE_TO_AGG)} "
+                             f"or verl modes {AGG_MODES}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+
+    @property
+    def loss_agg_mode(self) -> str:
+        return LOSS_TYPE_TO_AGG.get(self.loss_type, self.loss_type)
+
+    def to_dict(self) -> dict:
+        return {k: (v if not callable(v) else getattr(v, "__name__", repr(v))) for k, v in asdict(self).items()}
+
+
+def call_with_supported(fn: Callable, **available):
+    """Call ``fn`` with the keyword arguments its signature accepts (all of them if it takes ``**kw``)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return fn(**available)
+    return fn(**{k: v for k, v in available.items() if k in params})
+
+
+def needs_values(estimator: Callable) -> bool:
+    return "values" in inspect.signature(estimator).parameters
+
+
+class Trainer:
+    """The RL loop on a causal LM and a verifiable task.
+
+    ``trainer = Trainer(model, tokenizer, "addition", RLConfig(...)); trainer.train()``. Each step's
+    metrics are appended to ``trainer.history`` (and to ``metrics.csv`` / ``metrics.jsonl`` in
+    ``output_dir``). With ``output_dir`` and ``save_every``, checkpoints are written there, and
+    ``Trainer(..., resume=True)`` continues from the last one exactly (the same weights at step n
+    as an uninterrupted run).
+    """
+
+    def __init__(self, model, tokenizer, task: Task | str, config: RLConfig | None = None, *,
+                 ref_model=None, value_model: ScalarHeadModel | None = None,
+                 train_examples: Sequence[Example] | None = None, eval_examples: Sequence[Example] | None = None,
+                 resume: bool = False):
+        self.config = cfg = config or RLConfig()
+        self.model, self.tokenizer, self.task = model, tokenizer, get_task(task)
+        self.prompt_sampler = get_prompt_sampler(cfg.prompt_sampler)
+        self.sampler = get_sampler(cfg.sampler)
+        self.reward_fn = get_reward(cfg.reward)
+        self.estimator = get_estimator(cfg.advantage_estimator)
+        self.policy_loss = get_policy_loss(cfg.policy_loss)
+        self.train_pool = list(train_examples) if train_examples is not None else \
+            self.task.examples(cfg.train_pool_size, seed=cfg.seed, split="train")
+        self.eval_examples = list(eval_examples) if eval_examples is not None else \
+            self.task.examples(cfg.eval_prompts, seed=cfg.seed, split="test")
+        # a frozen reference model only when the KL term is on
+        self.ref_model = None
+        if cfg.beta > 0:
+            self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
+            self.ref_model.requires_grad_(False)
+        # a critic only when the estimator reads values
+        self.value_model = value_model
+        if needs_values(self.estimator) and self.value_model is None:
+            self.value_model = ScalarHeadModel.from_policy(model)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+        self.critic_optimizer = None
+        if self.value_model is not None:
+            self.critic_optimizer = torch.optim.AdamW(self.value_model.parameters(), weight_decay=0.0,
+                                                      lr=cfg.critic_learning_rate or cfg.learning_rate)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.state: dict = {}  # memory of stateful parts (prompt samplers, estimators, rewards)
+        self.step_count = 0
+        self.history: list[dict] = []
+        self.output_dir = Path(cfg.output_dir) if cfg.output_dir else None
+        if resume:
+            last = self.latest_checkpoint()
+            if last is not None:
+                self.load_checkpoint(last)
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> dict:
+        """Run one step of the loop and return its metrics."""
+        cfg, k = self.config, self.step_count + 1
+        t0 = time.perf_counter()
+        examples = self.prompt_sampler(self.train_pool, cfg.prompts_per_step, self.generator, self.state)
+        batch: RolloutBatch = self.sampler(self.model, self.tokenizer, [e.prompt for e in examples], cfg,
+                                           self.generator, self.state)
+        per_row = [examples[int(i)] for i in batch.index]
+        scores = self.reward_fn(batch, per_row, self.task, self.state)
+        scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
+        if scores.shape[0] != len(batch):
+            raise ValueError(f"step {k}: the reward returned {scores.shape[0]} scores for {len(batch)} rows")
+        self._check(k, "rewards", scores)
+        t_sample = time.perf_counter() - t0
+
+        mask = batch.response_mask
+        old_logprobs = batch.logprobs
+        with torch.no_grad():
+            ref_logprobs = None if self.ref_model is None else response_logprobs(
+                self.ref_model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature)
+            values = None if self.value_model is None else self.value_model.response_values(
+                batch.input_ids, batch.attention_mask, batch.response_len) * mask
+        token_level_rewards = place_on_last_token(scores, mask)
+        if cfg.kl_in_reward and ref_logprobs is not None:
+            token_level_rewards = token_level_rewards - cfg.beta * kl_penalty(old_logprobs, ref_logprobs, "k1") * mask
+        advantages, returns = call_with_supported(
+            self.estimator, token_level_rewards=token_level_rewards, response_mask=mask, index=batch.index,
+            values=values, gamma=cfg.gamma, lam=cfg.lam, norm_adv_by_std_in_grpo=cfg.scale_rewards == "group",
+            batch=batch, examples=per_row, scores=scores, state=self.state, step=k, **cfg.advantage_kwargs)
+        if cfg.scale_rewards == "batch" and cfg.advantage_estimator == "grpo":
+            advantages = advantages / (advantages[:, 0].std() + 1e-6) * mask  # PPO-Lite: batch std
+        whiten = cfg.whiten_advantages if cfg.whiten_advantages is not None else values is not None
+        if whiten:
+            advantages = masked_whiten(advantages, mask) * mask
+        self._check(k, "advantages", advantages)
+
+        metrics = self._update(k, batch, old_logprobs, ref_logprobs, advantages, returns, values)
+        self.step_count = k
+        groups = scores.reshape(-1, cfg.num_generations) if len(scores) % cfg.num_generations == 0 else None
+        metrics.update({
+            "step": k,
+            "reward": float(scores.mean()),
+            "reward_std": float(scores.std()) if len(scores) > 1 else 0.0,
+            "frac_zero_std_groups": float((groups.std(1) == 0).float().mean()) if groups is not None else float("nan"),
+            "response_length": float(batch.lengths.float().mean()),
+            "truncated": float(batch.truncated.float().mean()),
+            "advantage_std": float(advantages[mask == 1].std()) if mask.sum() > 1 else 0.0,
+            "sample_seconds": t_sample,
+            "step_seconds": time.perf_counter() - t0,
+        })
+        if values is not None:
+            metrics["explained_variance"] = explained_variance(values, returns, mask)
+        if cfg.eval_every and (k % cfg.eval_every == 0 or k == cfg.steps):
+            metrics["eval_greedy_accuracy"] = self.evaluate()
+        self.history.append(metrics)
+        self._log(metrics)
+        if self.output_dir is not None and cfg.save_every and k % cfg.save_every == 0:
+            self.save_checkpoint()
+        return metrics
+
+    def _update(self, k, batch, old_logprobs, ref_logprobs, advantages, returns, values) -> dict:
+        cfg, mask = self.config, batch.response_mask
+        B = len(batch)
+        mb = cfg.micro_batch_size or B
+        denominators = agg_denominators(mask) if cfg.loss_type != "bnpo" else {}
+        agg = dict(loss_agg_mode=cfg.loss_agg_mode, **denominators)
+        if cfg.loss_agg_mode == "seq-mean-token-sum-norm":
+            agg["max_len"] = cfg.max_completion_length
+            agg.setdefault("global_seqs", float(B))
+        input_ids, attention_mask, T = batch.input_ids, batch.attention_mask, batch.response_len
+        sums: dict[str, float] = {}
+        self.model.train()
+        for _ in range(cfg.num_iterations):
+            for start in range(0, B, mb):
+                rows = slice(start, start + mb)
+                logp, entropy = response_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
+                                                  batch.temperature, return_entropy=True)
+                pg_loss, pg_metrics = call_with_supported(
+                    self.policy_loss, old_log_prob=old_logprobs[rows], log_prob=logp, advantages=advantages[rows],
+                    response_mask=mask[rows], clip_ratio_low=cfg.epsilon,
+                    clip_ratio_high=cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon,
+                    clip_ratio_c=cfg.clip_ratio_c, **agg)
+                self._check(k, "policy loss", pg_loss)
+                loss = pg_loss
+                if ref_logprobs is not None and not cfg.kl_in_reward:
+                    kl = agg_loss(kl_penalty(logp, ref_logprobs[rows], cfg.kl_estimator), mask[rows], **_agg_only(agg))
+                    self._check(k, "KL penalty", kl)
+                    loss = loss + cfg.beta * kl
+                    sums["kl"] = sums.get("kl", 0.0) + kl.item()
+                ent = agg_loss(entropy, mask[rows], **_agg_only(agg))
+                if cfg.entropy_coef:
+                    loss = loss - cfg.entropy_coef * ent
+                loss.backward()
+                share = (rows.stop - start if rows.stop <= B else B - start) / B
+                for name, value in pg_metrics.items():
+                    sums[name] = sums.get(name, 0.0) + value * share
+                sums["loss"] = sums.get("loss", 0.0) + loss.item()
+                sums["entropy"] = sums.get("entropy", 0.0) + ent.item()
+                if self.value_model is not None:
+                    vpreds = self.value_model.response_values(input_ids[rows], attention_mask[rows], T)
+                    vf_loss, vf_clipfrac = compute_value_loss(vpreds, returns[rows], values[rows], mask[rows],
+                                                              cfg.cliprange_value, **agg)
+                    self._check(k, "value loss", vf_loss)
+                    (cfg.vf_coef * vf_loss).backward()
+                    sums["vf_loss"] = sums.get("vf_loss", 0.0) + vf_loss.item()
+                    sums["vf_clipfrac"] = sums.get("vf_clipfrac", 0.0) + vf_clipfrac * share
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm or float("inf"))
+            self._check(k, "gradient norm", grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.value_model is not None:
+                torch.nn.utils.clip_grad_norm_(self.value_model.parameters(), cfg.max_grad_norm or float("inf"))
+                self.critic_optimizer.step()
+                self.critic_optimizer.zero_grad(set_to_none=True)
+            sums["grad_norm"] = float(grad_norm)
+        self.model.eval()
+        n = cfg.num_iterations
+        return {key: (v / n if key != "grad_norm" else v) for key, v in sums.items()}
+
+    @staticmethod
+    def _check(step: int, name: str, x: torch.Tensor) -> None:
+        try:
+            check_finite(name, torch.as_tensor(x))
+        except FloatingPointError as err:
+            raise FloatingPointError(f"step {step}: {err}; stopping before the update corrupts the model") from None
+
+    # ------------------------------------------------------------------ loop, eval, logging
+    def train(self, steps: int | None = None) -> list[dict]:
+        """Run until ``steps`` (default ``config.steps``) steps are done in total; returns the history."""
+        total = self.config.steps if steps is None else steps
+        bar = tqdm(total=total, initial=self.step_count, desc="RL", disable=not self.config.progress,
+                   mininterval=1.0)
+        while self.step_count < total:
+            m = self.step()
+            bar.update(1)
+            bar.set_postfix(reward=f"{m['reward']:.2f}", loss=f"{m['loss']:.3f}")
+        bar.close()
+        return self.history
+
+    def evaluate(self, examples: Sequence[Example] | None = None) -> float:
+        """Greedy accuracy of the current policy on held-out examples."""
+        return greedy_accuracy(self.model, self.tokenizer, self.task, list(examples or self.eval_examples),
+                               max_new_tokens=self.config.max_completion_length)
+
+    def _log(self, metrics: dict) -> None:
+        if self.output_dir is None:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.output_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        write_csv(self.history, self.output_dir / "metrics.csv")
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoint-<step>`` atomically: weights (safetensors), optimiser, RNG states,
+        the parts' state and the metrics history."""
+        if self.output_dir is None:
+            raise ValueError("save_checkpoint needs config.output_dir")
+        final = self.output_dir / f"checkpoint-{self.step_count:06d}"
+        tmp = self.output_dir / f".tmp-checkpoint-{self.step_count:06d}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_model(self.model, str(tmp / "model.safetensors"))
+        if self.value_model is not None:
+            save_model(self.value_model, str(tmp / "value_model.safetensors"))
+        torch.save({
+            "step": self.step_count,
+            "optimizer": self.optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer else None,
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(),
+            "python_rng": random.getstate(),
+            "state": self.state,
+            "history": self.history,
+            "config": self.config.to_dict(),
+        }, tmp / "trainer_state.pt")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return final
+
+    def latest_checkpoint(self) -> Path | None:
+        if self.output_dir is None or not self.output_dir.exists():
+            return None
+        found = sorted(self.output_dir.glob("checkpoint-*"))
+        return found[-1] if found else None
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore everything :meth:`save_checkpoint` wrote; the next step continues exactly."""
+        path = Path(path)
+        if not (path / "trainer_state.pt").exists():
+            raise FileNotFoundError(f"{path} is not a complete checkpoint (no trainer_state.pt)")
+        load_model(self.model, str(path / "model.safetensors"))
+        if self.value_model is not None:
+            load_model(self.value_model, str(path / "value_model.safetensors"))
+        st = torch.load(path / "trainer_state.pt", weights_only=False)
+        self.optimizer.load_state_dict(st["optimizer"])
+        if self.critic_optimizer is not None and st["critic_optimizer"] is not None:
+            self.critic_optimizer.load_state_dict(st["critic_optimizer"])
+        self.generator.set_state(st["generator"])
+        torch.set_rng_state(st["torch_rng"])
+        np.random.set_state(st["numpy_rng"])
+        random.setstate(st["python_rng"])
+        self.state, self.history, self.step_count = st["state"], st["history"], st["step"]
+        if self.output_dir is not None:  # rewrite the logs so they end at the checkpoint
+            (self.output_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in self.history))
+            write_csv(self.history, self.output_dir / "metrics.csv")
+
+
+def _agg_only(agg: dict) -> dict:
+    keys = ("loss_agg_mode", "global_tokens", "global_seqs", "max_len")
+    return {("mode" if key == "loss_agg_mode" else key): v for key, v in agg.items() if key in keys}
+
+
+def write_csv(history: list[dict], path: str | Path) -> None:
+    keys: list[str] = []
+    for row in history:
+        keys += [key for key in row if key not in keys]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(history)
+
+
+def load_metrics(path: str | Path) -> list[dict]:
+    """Read ``metrics.jsonl`` (or a folder holding it) back into a list of dicts."""
+    path = Path(path)
+    path = path / "metrics.jsonl" if path.is_dir() else path
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_metrics(history: list[dict] | str | Path, keys: Sequence[str], ax=None, label: str | None = None,
+                 smooth: int = 1, **plot_kwargs):
+    """Plot metrics against ``step`` (one line per key) and return the axes. ``smooth`` is the width of
+    a trailing moving average; steps where a key is missing are skipped."""
+    import matplotlib.pyplot as plt
+
+    history = load_metrics(history) if isinstance(history, (str, Path)) else history
+    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
+    for key in keys:
+        pts = [(h["step"], h[key]) for h in history if key in h and h[key] is not None]
+        if not pts:
+            raise KeyError(f"metric {key!r} is not in the history; available: {sorted(history[0]) if history else []}")
+        x, y = map(np.asarray, zip(*pts))
+        if smooth > 1:
+            y = np.array([y[max(0, i - smooth + 1):i + 1].mean() for i in range(len(y))])
+        ax.plot(x, y, label=label if len(keys) == 1 and label else (f"{label}: {key}" if label else key), **plot_kwargs)
+    ax.set_xlabel("step")
+    return ax
+
+
+# ---------------------------------------------------------------------- SFT and reward models
+def sft(model, tokenizer, examples: Sequence[Example], steps: int, batch_size: int = 32, lr: float = 1e-3,
+        seed: int = 0, progress: bool = False) -> list[float]:
+    """Supervised fine-tuning on demonstrations (``example.solution``); returns the loss per step."""
+    if not examples:
+        raise ValueError("sft needs at least one example")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    model.train()
+    for _ in tqdm(range(steps), desc="SFT", disable=not progress):
+        rows = torch.randint(len(examples), (min(batch_size, len(examples)),), generator=gen).tolist()
+        loss = sft_loss(model, tokenizer, [examples[i] for i in rows])
+        check_finite("SFT loss", loss.detach())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    """A prompt with a preferred (``chosen``) and a dispreferred (``rejected``) completion."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+
+
+def encode_pairs(tokenizer, prompts: Sequence[str], completions: Sequence[str]):
+    """Left-padded ``(ids, mask)`` of prompt + completion + EOS, for scoring with a reward model."""
+    texts = [p + c + tokenizer.eos_token for p, c in zip(prompts, completions)]
+    return encode_prompts(tokenizer, texts)
+
+
+def reward_model_scores(reward_model: ScalarHeadModel, tokenizer, prompts: Sequence[str],
+                        completions: Sequence[str]) -> torch.Tensor:
+    """``(N,)`` reward-model scores of completions (with gradient if the caller enables it)."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    ids, mask = encode_pairs(tokenizer, prompts, completions)
+    return reward_model.sequence_reward(ids, mask)
+
+
+def train_reward_model(reward_model: ScalarHeadModel, tokenizer, pairs: Sequence[PreferencePair], steps: int,
+                       batch_size: int = 64, lr: float = 1e-3, seed: int = 0, progress: bool = False) -> list[dict]:
+    """Fit a Bradley-Terry reward model on preference pairs; returns per-step loss and pair accuracy."""
+    if not pairs:
+        raise ValueError("train_reward_model needs at least one preference pair")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(reward_model.parameters(), lr=lr, weight_decay=0.0)
+    log = []
+    reward_model.train()
+    for _ in tqdm(range(steps), desc="reward model", disable=not progress):
+        rows = torch.randint(len(pairs), (min(batch_size, len(pairs)),), generator=gen).tolist()
+        chunk = [pairs[i] for i in rows]
+        prompts = [p.prompt for p in chunk]
+        r_c = reward_model_scores(reward_model, tokenizer, prompts, [p.chosen for p in chunk])
+        r_r = reward_model_scores(reward_model, tokenizer, prompts, [p.rejected for p in chunk])
+        loss = bradley_terry_loss(r_c, r_r)
+        check_finite("reward-model loss", loss.detach())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        log.append({"loss": loss.item(), "accuracy": float((r_c > r_r).float().mean())})
+    reward_model.eval()
+    return log

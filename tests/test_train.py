@@ -1,0 +1,173 @@
+import copy
+
+import pytest
+import torch
+
+import rlcourse
+import rlcourse.tasks
+from rlcourse.advantages import register_estimator
+from rlcourse.lm import build_model, build_tokenizer
+from rlcourse.lm.heads import ScalarHeadModel
+from rlcourse.rewards import register_reward
+from rlcourse.train import (PreferencePair, RLConfig, Trainer, load_metrics, plot_metrics, reward_model_scores, sft,
+                            train_reward_model)
+
+
+@register_reward("test_digits")
+def digit_reward(batch, examples, task, state):
+    """A reward that varies even for an untrained model: the fraction of digits in the response."""
+    return torch.tensor([sum(c.isdigit() for c in t) / max(1, len(t)) for t in batch.texts])
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = build_tokenizer()
+    return build_model(tok, rlcourse.profile("smoke"), seed=0), tok
+
+
+def make(tiny, resume=False, **overrides):
+    model, tok = tiny
+    cfg = dict(num_generations=4, prompts_per_step=3, max_completion_length=6, steps=2, progress=False,
+               learning_rate=1e-3, train_pool_size=50, eval_prompts=8, reward="test_digits")
+    cfg.update(overrides)
+    return Trainer(copy.deepcopy(model), tok, "sort", RLConfig(**cfg), resume=resume)
+
+
+def params(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_ratio_is_exactly_one_before_the_first_update(tiny):
+    tr = make(tiny, num_iterations=2)
+    m = tr.step()
+    # over two passes the ratio starts at 1 (first pass) and moves in the second; check the first pass
+    tr1 = make(tiny, num_iterations=1)
+    m1 = tr1.step()
+    assert m1["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert m1["pg_clipfrac"] == 0.0 and abs(m1["ppo_kl"]) < 1e-5
+    assert m["step"] == 1
+
+
+def test_reference_model_only_when_beta_positive(tiny):
+    assert make(tiny).ref_model is None
+    tr = make(tiny, beta=0.1)
+    assert tr.ref_model is not None and not any(p.requires_grad for p in tr.ref_model.parameters())
+    m = tr.step()
+    assert m["kl"] == pytest.approx(0.0, abs=1e-5)  # policy == reference before the update
+    m = tr.step()
+    assert m["kl"] > 0
+
+
+def test_training_changes_weights_and_logs(tiny, tmp_path):
+    tr = make(tiny, output_dir=str(tmp_path), steps=3, eval_every=3)
+    before = params(tr.model)
+    hist = tr.train()
+    assert len(hist) == 3 and not torch.equal(before, params(tr.model))
+    assert "eval_greedy_accuracy" in hist[-1]
+    assert [m["step"] for m in load_metrics(tmp_path)] == [1, 2, 3]
+    assert (tmp_path / "metrics.csv").read_text().startswith("")
+    ax = plot_metrics(tmp_path, ["reward", "loss"])
+    assert len(ax.lines) == 2
+    with pytest.raises(KeyError, match="nope"):
+        plot_metrics(hist, ["nope"])
+
+
+def test_micro_batches_give_the_same_update(tiny):
+    a, b = make(tiny, steps=1), make(tiny, steps=1, micro_batch_size=5)
+    a.train()
+    b.train()
+    assert torch.allclose(params(a.model), params(b.model), atol=1e-6)
+
+
+def test_resume_gives_the_same_weights(tiny, tmp_path):
+    full = make(tiny, steps=4, output_dir=str(tmp_path / "full"))
+    full.train()
+    part = make(tiny, steps=4, output_dir=str(tmp_path / "part"), save_every=2)
+    part.train(steps=2)  # "interrupted" after step 2, a checkpoint on disk
+    resumed = make(tiny, steps=4, output_dir=str(tmp_path / "part"), resume=True)
+    assert resumed.step_count == 2
+    resumed.train()
+    assert torch.equal(params(full.model), params(resumed.model))
+    assert [m["reward"] for m in full.history] == [m["reward"] for m in resumed.history]
+    assert [m["step"] for m in load_metrics(tmp_path / "part")] == [1, 2, 3, 4]
+
+
+def test_nan_reward_stops_with_a_clear_error(tiny):
+    @register_reward("test_nan_on_step_2")
+    def nan_reward(batch, examples, task, state):
+        state["calls"] = state.get("calls", 0) + 1
+        r = torch.zeros(len(batch))
+        if state["calls"] == 2:
+            r[1] = float("nan")
+        return r
+
+    tr = make(tiny, reward="test_nan_on_step_2", steps=3)
+    with pytest.raises(FloatingPointError, match="step 2: rewards contains NaN"):
+        tr.train()
+    assert tr.step_count == 1
+
+
+def test_group_estimator_with_one_sample_per_prompt_raises(tiny):
+    with pytest.raises(ValueError, match="G >= 2"):
+        make(tiny, num_generations=1).step()
+    make(tiny, num_generations=1, advantage_estimator="reinforce").step()  # fine without groups
+
+
+def test_a_registered_estimator_is_used_by_name(tiny):
+    seen = {}
+
+    @register_estimator("test_records_state")
+    def recording(token_level_rewards, response_mask, index, state, step):
+        seen["step"], seen["B"] = step, token_level_rewards.shape[0]
+        state["n"] = state.get("n", 0) + 1
+        return response_mask * 0, response_mask * 0
+
+    tr = make(tiny, advantage_estimator="test_records_state")
+    tr.step()
+    assert seen == {"step": 1, "B": 12} and tr.state["n"] == 1
+
+
+def test_ppo_with_a_critic(tiny):
+    tr = make(tiny, advantage_estimator="gae", lam=0.95, steps=2)
+    assert isinstance(tr.value_model, ScalarHeadModel)
+    hist = tr.train()
+    assert "vf_loss" in hist[-1] and "explained_variance" in hist[-1]
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="loss_type"):
+        RLConfig(loss_type="mean")
+    with pytest.raises(ValueError, match="scale_rewards"):
+        RLConfig(scale_rewards="yes")
+    with pytest.raises(ValueError, match="num_generations"):
+        RLConfig(num_generations=0)
+
+
+def test_sft_reduces_the_loss(tiny):
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    ex = rlcourse.tasks.get_task("sort").examples(64)
+    losses = sft(model, tok, ex, steps=40, batch_size=32, lr=3e-3)
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
+
+
+def test_reward_model_learns_a_simple_preference(tiny):
+    """Preference: completions with more 9s are better. The model must rank held-out pairs."""
+    import random
+
+    rnd = random.Random(0)
+
+    def pair():
+        a, b = "".join(rnd.choice("0129") for _ in range(4)), "".join(rnd.choice("0129") for _ in range(4))
+        if a.count("9") == b.count("9"):
+            return None
+        return PreferencePair("x:", *((a, b) if a.count("9") > b.count("9") else (b, a)))
+
+    pairs = [p for p in (pair() for _ in range(1200)) if p]
+    rm = ScalarHeadModel.from_policy(tiny[0])
+    log = train_reward_model(rm, tiny[1], pairs[:500], steps=150, batch_size=64, lr=3e-3)
+    test = pairs[500:]
+    with torch.no_grad():
+        rc = reward_model_scores(rm, tiny[1], [p.prompt for p in test], [p.chosen for p in test])
+        rr = reward_model_scores(rm, tiny[1], [p.prompt for p in test], [p.rejected for p in test])
+    assert float((rc > rr).float().mean()) > 0.8
+    assert log[-1]["loss"] < log[0]["loss"]
