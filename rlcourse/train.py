@@ -165,6 +165,8 @@ class Trainer:
                  ref_model=None, value_model: ScalarHeadModel | None = None,
                  train_examples: Sequence[Example] | None = None, eval_examples: Sequence[Example] | None = None,
                  resume: bool = False):
+        from . import methods  # noqa: F401  (registers the chapters' parts by name)
+
         self.config = cfg = config or RLConfig()
         self.model, self.tokenizer, self.task = model, tokenizer, get_task(task)
         self.prompt_sampler = get_prompt_sampler(cfg.prompt_sampler)

@@ -1,0 +1,2 @@
+"""The chapters' methods. Importing this package registers every method's parts (advantage
+estimators, rewards, samplers, losses) in the loop's registries, so the trainer can name them."""
