@@ -79,6 +79,7 @@ class RLConfig:
     max_completion_length: int = 16
     num_iterations: int = 1
     learning_rate: float = 1e-4
+    lr_scheduler: str = "constant"  # or "linear": decay to 0 at `steps` (the HF Trainer default)
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -128,6 +129,8 @@ class RLConfig:
         if self.loss_type not in LOSS_TYPE_TO_AGG and self.loss_type not in AGG_MODES:
             raise ValueError(f"unknown loss_type {self.loss_type!r}; TRL names {sorted(LOSS_TYPE_TO_AGG)} "
                              f"or verl modes {AGG_MODES}")
+        if self.lr_scheduler not in ("constant", "linear"):
+            raise ValueError(f"lr_scheduler must be 'constant' or 'linear', got {self.lr_scheduler!r}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
 
@@ -188,6 +191,9 @@ class Trainer:
         if needs_values(self.estimator) and self.value_model is None:
             self.value_model = ScalarHeadModel.from_policy(model)
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+        decay = (lambda step: max(0.0, 1.0 - step / max(1, cfg.steps))) if cfg.lr_scheduler == "linear" \
+            else (lambda step: 1.0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, decay)
         self.critic_optimizer = None
         if self.value_model is not None:
             self.critic_optimizer = torch.optim.AdamW(self.value_model.parameters(), weight_decay=0.0,
@@ -240,6 +246,8 @@ class Trainer:
         self._check(k, "advantages", advantages)
 
         metrics = self._update(k, batch, old_logprobs, ref_logprobs, advantages, returns, values)
+        metrics["learning_rate"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
         self.step_count = k
         groups = scores.reshape(-1, cfg.num_generations) if len(scores) % cfg.num_generations == 0 else None
         metrics.update({
@@ -371,6 +379,7 @@ class Trainer:
         torch.save({
             "step": self.step_count,
             "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer else None,
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
@@ -400,6 +409,7 @@ class Trainer:
             load_model(self.value_model, str(path / "value_model.safetensors"))
         st = torch.load(path / "trainer_state.pt", weights_only=False)
         self.optimizer.load_state_dict(st["optimizer"])
+        self.scheduler.load_state_dict(st["scheduler"])
         if self.critic_optimizer is not None and st["critic_optimizer"] is not None:
             self.critic_optimizer.load_state_dict(st["critic_optimizer"])
         self.generator.set_state(st["generator"])

@@ -80,16 +80,18 @@ def test_micro_batches_give_the_same_update(tiny):
 
 
 def test_resume_gives_the_same_weights(tiny, tmp_path):
-    full = make(tiny, steps=4, output_dir=str(tmp_path / "full"))
+    kw = dict(steps=4, lr_scheduler="linear")  # the schedule's state must survive the restart too
+    full = make(tiny, output_dir=str(tmp_path / "full"), **kw)
     full.train()
-    part = make(tiny, steps=4, output_dir=str(tmp_path / "part"), save_every=2)
+    part = make(tiny, output_dir=str(tmp_path / "part"), save_every=2, **kw)
     part.train(steps=2)  # "interrupted" after step 2, a checkpoint on disk
-    resumed = make(tiny, steps=4, output_dir=str(tmp_path / "part"), resume=True)
+    resumed = make(tiny, output_dir=str(tmp_path / "part"), resume=True, **kw)
     assert resumed.step_count == 2
     resumed.train()
     assert torch.equal(params(full.model), params(resumed.model))
     assert [m["reward"] for m in full.history] == [m["reward"] for m in resumed.history]
     assert [m["step"] for m in load_metrics(tmp_path / "part")] == [1, 2, 3, 4]
+    assert [m["learning_rate"] for m in resumed.history] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
 
 
 def test_nan_reward_stops_with_a_clear_error(tiny):
