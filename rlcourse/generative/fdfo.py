@@ -1,0 +1,362 @@
+"""Paired-trajectory online RL for flow models (finite-difference flow optimisation, FDFO).
+
+Paper: *Finite Difference Flow Optimization for RL Post-Training of Text-to-Image Models*, McAllister,
+Aittala, Karras, Hellsten, Kanazawa, Aila, Laine (2026), arXiv:2603.12893. The whole sampling run is one
+action: two runs from the same initial noise with independent small stochasticity give two endpoints
+and two rewards; their reward difference times their endpoint difference is a finite-difference
+estimate of the reward's gradient in sample space, which is copied into the velocity target at every
+step of the stored trajectory. The update is an SPO-style soft trust region on a pseudo-ratio.
+
+The baseline is the denoising-MDP policy gradient (DDPO / Flow-GRPO style): every sampler step is a
+Gaussian action with a log-probability, and a clipped importance-ratio loss with group-normalised
+advantages trains the velocity field.
+
+Convention: time runs from noise (t = 0) to data (t = 1) and the sampler adds ``h v`` with ``h > 0``,
+so the velocity target is ``v_ref + u`` (the paper's code, integrating from sigma = 1 to 0 with a
+negative step, writes ``v_ref - u``).
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from ..profiles import Profile, profile as current_profile
+from .flow import (RING_STD, Trajectory, VelocityMLP, digits_classifier, digits_data, gaussian_step_logprob,
+                   load_flow, one_thread, ring_centres, sample_ode, sample_sde, sde_step_moments)
+
+
+# ----------------------------------------------------------------------------------------------
+# the finite-difference target and the SPO surrogate
+# ----------------------------------------------------------------------------------------------
+def fd_flow_targets(x1: torch.Tensor, x2: torch.Tensor, R1: torch.Tensor, R2: torch.Tensor,
+                    eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Finite-difference targets of a batch of pairs, for both branches.
+
+    Branch 1: ``dR = (R1 - R2)/2``, ``dx = (x1 - x2)/2``, ``u = dx / (mean_d(dx^2) + eps)``; branch 2:
+    every sign flipped. Rows ``[0, P)`` are branch 1, rows ``[P, 2P)`` branch 2.
+
+    ======= ============ ===============================================
+    x1, x2  ``(P, D)``   endpoints of the two runs of each pair
+    R1, R2  ``(P,)``     their rewards
+    returns              ``dR`` ``(2P,)``, ``u`` ``(2P, D)``
+    ======= ============ ===============================================
+    """
+    if x1.ndim != 2 or x1.shape != x2.shape:
+        raise ValueError(f"x1 {tuple(x1.shape)} and x2 {tuple(x2.shape)} must both be (P, D)")
+    if R1.shape != (x1.shape[0],) or R2.shape != R1.shape:
+        raise ValueError(f"R1 {tuple(R1.shape)} and R2 {tuple(R2.shape)} must both be ({x1.shape[0]},)")
+    if not (torch.isfinite(R1).all() and torch.isfinite(R2).all()):
+        raise ValueError("rewards contain NaN or inf")
+    dR = (R1 - R2) / 2
+    dx = (x1 - x2) / 2
+    u = dx / ((dx**2).mean(1, keepdim=True) + eps)
+    return torch.cat([dR, -dR]), torch.cat([u, -u])
+
+
+def spo_surrogate(dR: torch.Tensor, rho: torch.Tensor, eps: float) -> torch.Tensor:
+    """The SPO-style soft trust region, per element: ``-dR rho + |dR| / (2 eps) (rho - 1)^2``.
+
+    Minimised over ``rho`` at ``rho* = 1 + eps sign(dR)``.
+
+    ======= ========= =======================================
+    dR      ``(N,)``  reward half-differences
+    rho     ``(N,)``  pseudo-ratios (1 at the reference)
+    returns ``(N,)``  surrogate values (to be averaged)
+    ======= ========= =======================================
+    """
+    if dR.shape != rho.shape:
+        raise ValueError(f"dR {tuple(dR.shape)} and rho {tuple(rho.shape)} differ")
+    if eps <= 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    return -dR * rho + dR.abs() / (2 * eps) * (rho - 1) ** 2
+
+
+def fdfo_loss(model: VelocityMLP, x: torch.Tensor, t: torch.Tensor, v_ref: torch.Tensor, u: torch.Tensor,
+              dR: torch.Tensor, eps: float = 0.03, cond: torch.Tensor | None = None) -> torch.Tensor:
+    """FDFO's loss on a minibatch of (pair, branch, step) rows.
+
+    ``v_tgt = v_ref + u``; ``l = -mean_d (v_theta - v_tgt)^2``; ``l_ref = -mean_d u^2`` (the value at
+    ``v_theta = v_ref``); ``rho = exp(l - l_ref)``; loss ``= mean spo_surrogate(dR, rho, eps)``. The
+    exponent is computed in the equal, cancellation-free form
+    ``l - l_ref = mean_d[2 (v_theta - v_ref) u - (v_theta - v_ref)^2]``.
+
+    ====== ========== ====================================================
+    x      ``(N, D)`` the stored points x_k of the runs
+    t      ``(N,)``   their times t_k
+    v_ref  ``(N, D)`` the velocity the sampler used there
+    u      ``(N, D)`` the normalised endpoint difference of the row's pair
+    dR     ``(N,)``   the row's reward half-difference
+    returns scalar    loss
+    ====== ========== ====================================================
+    """
+    if not (x.shape == v_ref.shape == u.shape) or t.shape != (x.shape[0],) or dR.shape != (x.shape[0],):
+        raise ValueError(f"shapes x {tuple(x.shape)}, t {tuple(t.shape)}, v_ref {tuple(v_ref.shape)}, "
+                         f"u {tuple(u.shape)}, dR {tuple(dR.shape)} disagree")
+    d = model(x, t, cond) - v_ref
+    log_rho = (2 * d * u - d**2).mean(1)
+    return spo_surrogate(dR, torch.exp(log_rho), eps).mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# the per-step policy-gradient baseline
+# ----------------------------------------------------------------------------------------------
+def step_logprob(model: VelocityMLP, x: torch.Tensor, t: torch.Tensor, x_next: torch.Tensor, h: float,
+                 noise: float, cond: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-probability of the sampler step ``x -> x_next`` under the current model (differentiable).
+
+    ====== ========== ==================================
+    x      ``(N, D)`` points before the step
+    t      ``(N,)``   their times
+    x_next ``(N, D)`` points after the step
+    returns ``(N,)``  log N(x_next; mean_theta(x), std^2 I)
+    ====== ========== ==================================
+    """
+    mean, std = sde_step_moments(model(x, t, cond), x, t, h, noise)
+    return gaussian_step_logprob(x_next, mean, std)
+
+
+def ddpo_loss(model: VelocityMLP, x: torch.Tensor, t: torch.Tensor, x_next: torch.Tensor, old_logp: torch.Tensor,
+              adv: torch.Tensor, h: float, noise: float, clip: float = 0.2) -> torch.Tensor:
+    """Clipped per-step policy-gradient loss of the denoising MDP (DDPO / Flow-GRPO style).
+
+    ``ratio = exp(log pi_theta(x_next | x) - old_logp)``, loss ``= -mean min(ratio A, clip(ratio) A)``
+    over (sample, step) rows; each step of a run carries the run's advantage.
+
+    ======== ========== ==================================
+    x        ``(N, D)`` points before each step
+    t        ``(N,)``   their times
+    x_next   ``(N, D)`` points after each step
+    old_logp ``(N,)``   log-probs recorded when sampling
+    adv      ``(N,)``   the run's advantage, per row
+    returns  scalar     loss
+    ======== ========== ==================================
+    """
+    if old_logp.shape != (x.shape[0],) or adv.shape != (x.shape[0],):
+        raise ValueError(f"old_logp {tuple(old_logp.shape)} and adv {tuple(adv.shape)} must be ({x.shape[0]},)")
+    ratio = torch.exp(step_logprob(model, x, t, x_next, h, noise) - old_logp)
+    return -torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# training loops
+# ----------------------------------------------------------------------------------------------
+def _rows(traj: Trajectory) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flatten a trajectory to (step, run) rows: x_k, t_k, v_k, x_{k+1}, logp_k."""
+    K, B, D = traj.vs.shape
+    return (traj.xs[:-1].reshape(K * B, D), traj.ts.repeat_interleave(B), traj.vs.reshape(K * B, D),
+            traj.xs[1:].reshape(K * B, D), traj.logp.reshape(K * B))
+
+
+def train_fdfo(model: VelocityMLP, reward_fn, iters: int, pairs: int, lr: float, steps: int = 20,
+               churn: float = 0.3, eps: float = 0.03, minibatch: int = 256, epochs: int = 1,
+               seed: int = 0, eval_fn=None, eval_every: int = 5) -> dict:
+    """FDFO: each iteration samples ``pairs`` pairs (same initial noise, independent sampler noise of
+    strength ``churn``), scores the ``2 pairs`` endpoints, builds :func:`fd_flow_targets`, and takes
+    Adam steps on :func:`fdfo_loss` over shuffled (pair, branch, step) rows. Trains ``model`` in place.
+
+    Returns ``{"calls": [...], "eval": [...]}``: reward calls so far and ``eval_fn(model)`` every
+    ``eval_every`` iterations (and at 0).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    log = {"calls": [0], "eval": [eval_fn(model)] if eval_fn else []}
+    calls = 0
+    for it in range(iters):
+        z = torch.randn(pairs, model.dim, generator=gen)
+        traj = sample_sde(model, torch.cat([z, z]), steps, churn, generator=gen)
+        R = reward_fn(traj.xs[-1])
+        calls += 2 * pairs
+        dR, u = fd_flow_targets(traj.xs[-1][:pairs], traj.xs[-1][pairs:], R[:pairs], R[pairs:])
+        x, t, v, _, _ = _rows(traj)
+        uu, dd = u.repeat(steps, 1), dR.repeat(steps)  # row k*B + b belongs to run b
+        n = len(x)
+        for _ in range(epochs):
+            perm = torch.randperm(n, generator=gen)
+            for s in range(0, n, minibatch):
+                i = perm[s:s + minibatch]
+                loss = fdfo_loss(model, x[i], t[i], v[i], uu[i], dd[i], eps)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        if eval_fn and ((it + 1) % eval_every == 0 or it + 1 == iters):
+            log["calls"].append(calls)
+            log["eval"].append(eval_fn(model))
+    return log
+
+
+def train_ddpo(model: VelocityMLP, reward_fn, iters: int, batch: int, lr: float, steps: int = 20,
+               noise: float = 1.0, clip: float = 0.2, minibatch: int = 256, epochs: int = 1,
+               seed: int = 0, eval_fn=None, eval_every: int = 5) -> dict:
+    """The per-step policy-gradient baseline: ``batch`` independent stochastic runs per iteration,
+    advantages ``(R - mean R) / (std R + 1e-4)`` over the batch, Adam steps on :func:`ddpo_loss` over
+    shuffled (run, step) rows. Same log as :func:`train_fdfo`.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    log = {"calls": [0], "eval": [eval_fn(model)] if eval_fn else []}
+    calls = 0
+    h = 1.0 / steps
+    for it in range(iters):
+        traj = sample_sde(model, torch.randn(batch, model.dim, generator=gen), steps, noise, generator=gen)
+        R = reward_fn(traj.xs[-1])
+        calls += batch
+        A = (R - R.mean()) / (R.std(unbiased=False) + 1e-4)
+        x, t, _, x_next, old_logp = _rows(traj)
+        adv = A.repeat(steps)
+        n = len(x)
+        for _ in range(epochs):
+            perm = torch.randperm(n, generator=gen)
+            for s in range(0, n, minibatch):
+                i = perm[s:s + minibatch]
+                loss = ddpo_loss(model, x[i], t[i], x_next[i], old_logp[i], adv[i], h, noise, clip)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        if eval_fn and ((it + 1) % eval_every == 0 or it + 1 == iters):
+            log["calls"].append(calls)
+            log["eval"].append(eval_fn(model))
+    return log
+
+
+# ----------------------------------------------------------------------------------------------
+# the experiment
+# ----------------------------------------------------------------------------------------------
+TARGET_MODE = 1  # the ring mode at 45 degrees
+
+
+def ring_reward(x: torch.Tensor) -> torch.Tensor:
+    """Reward of 2-D samples: minus the distance to the ring's mode at 45 degrees, ``(B,)``."""
+    return -(x - ring_centres()[TARGET_MODE]).norm(dim=1)
+
+
+def digits_reward(clf, x: torch.Tensor, target: int = 7) -> torch.Tensor:
+    """Reward of digit samples: the classifier's probability of ``target`` (a non-differentiable
+    reward model), ``(B,)``."""
+    p = clf.predict_proba(x.detach().clamp(-1, 1).numpy())[:, target]
+    return torch.tensor(p, dtype=torch.float32)
+
+
+def calls_to_reach(calls: np.ndarray, curve: np.ndarray, level: float) -> float:
+    """The first reward-call count at which ``curve`` reaches ``level`` (``inf`` if never)."""
+    hit = np.nonzero(np.asarray(curve) >= level)[0]
+    return float(np.asarray(calls)[hit[0]]) if len(hit) else float("inf")
+
+
+def run_fdfo_experiment(prof: Profile | None = None) -> dict:
+    """FDFO against the per-step policy gradient, on the same reward and the same reward-call budget.
+
+    Two tasks. Digits (main): the digits flow model, reward P("7") from a logistic-regression
+    classifier. 2-D: the ring flow model, reward ``-||x - c||`` with ``c`` the mode at 45 degrees.
+    Each arm runs a small grid of settings (FDFO: trust region ``eps`` in {0.03 (the paper's), 0.3};
+    policy gradient: two learning rates), several seeds each, with the same number of reward calls per
+    iteration (``pairs`` pairs against ``2 pairs`` independent runs). Each arm is reported at its best
+    setting (largest mean reward over the whole run, averaged over seeds). Evaluation uses deterministic
+    (ODE) samples from fixed noise: the mean reward, and a quality and a diversity measure per task.
+    """
+    with one_thread():
+        return _run(prof or current_profile())
+
+
+def _ring_metrics(model: VelocityMLP, x0: torch.Tensor, steps: int) -> list[float]:
+    """Mean reward, fraction within 3 std of a ring mode, number of modes holding >= 2% of samples."""
+    x = sample_ode(model, x0, steps)
+    d = torch.cdist(x, ring_centres())
+    near = d.min(1).values < 3 * RING_STD
+    counts = torch.bincount(d.argmin(1)[near], minlength=len(ring_centres())).float() / len(x)
+    return [float(ring_reward(x).mean()), float(near.float().mean()), float((counts >= 0.02).sum())]
+
+
+def _digits_metrics(model: VelocityMLP, x0: torch.Tensor, steps: int, reward_fn, data: torch.Tensor) -> list[float]:
+    """Mean reward, mean distance to the nearest real digit (per pixel, RMS), mean pairwise RMS distance."""
+    x = sample_ode(model, x0, steps).clamp(-1, 1)
+    D = x.shape[1]
+    nn_dist = torch.cdist(x, data).min(1).values / D**0.5
+    pair = torch.pdist(x) / D**0.5
+    return [float(reward_fn(x).mean()), float(nn_dist.mean()), float(pair.mean())]
+
+
+def _train_arm(arm: str, model: VelocityMLP, reward_fn, cfg: dict, iters: int, pairs: int, steps: int, seed: int,
+               eval_fn, eval_every: int) -> dict:
+    if arm == "fdfo":
+        return train_fdfo(model, reward_fn, iters, pairs, cfg["lr"], steps, churn=cfg["churn"], eps=cfg["eps"],
+                          seed=seed, eval_fn=eval_fn, eval_every=eval_every)
+    return train_ddpo(model, reward_fn, iters, 2 * pairs, cfg["lr"], steps, noise=cfg["noise"], seed=seed,
+                      eval_fn=eval_fn, eval_every=eval_every)
+
+
+def _compare(base: VelocityMLP, reward_fn, eval_fn, configs: dict, iters: int, pairs: int, steps: int,
+             seeds: int, eval_every: int) -> dict:
+    """Run every arm x setting x seed; return curves, the per-arm best setting and its seed-0 model."""
+    out: dict = {}
+    for arm, cfgs in configs.items():
+        curves, first_models = [], []
+        for ci, cfg in enumerate(cfgs):
+            per_seed = []
+            for s in range(seeds):
+                m = copy.deepcopy(base).train()
+                log = _train_arm(arm, m, reward_fn, cfg, iters, pairs, steps, 1000 + 17 * s, eval_fn, eval_every)
+                per_seed.append(log["eval"])
+                out["calls"] = np.array(log["calls"])
+                if s == 0:
+                    first_models.append(m.eval())
+            curves.append(per_seed)
+        curves = np.array(curves)  # (settings, seeds, evals, metrics)
+        best = int(np.argmax(curves[:, :, :, 0].mean(axis=(1, 2))))
+        out[arm] = {"curves": curves, "best": best, "cfg": cfgs[best], "all_cfgs": cfgs, "model": first_models[best]}
+    base_reward = float(out["fdfo"]["curves"][0, 0, 0, 0])
+    finals = {a: float(out[a]["curves"][out[a]["best"], :, -1, 0].mean()) for a in configs}
+    level = base_reward + 0.9 * (max(finals.values()) - base_reward)
+    out["base_reward"], out["level"] = base_reward, float(level)
+    for a in configs:
+        c = out[a]["curves"][out[a]["best"]]
+        out[a]["final"] = finals[a]
+        out[a]["calls_to_level"] = np.array([calls_to_reach(out["calls"], c[s, :, 0], level) for s in range(seeds)])
+    return out
+
+
+def _run(prof: Profile) -> dict:
+    t_start = time.perf_counter()
+    seeds = prof.pick(1, 2, 5)
+    pairs = prof.pick(8, 32, 64)
+    steps = prof.pick(5, 20, 40)
+    configs = {
+        "fdfo": prof.pick([{"lr": 1e-4, "churn": 1.0, "eps": 0.3}],
+                          [{"lr": 1e-4, "churn": 1.0, "eps": 0.03}, {"lr": 1e-4, "churn": 1.0, "eps": 0.3}]),
+        "pg": prof.pick([{"lr": 1e-4, "noise": 1.0}],
+                        [{"lr": 1e-4, "noise": 1.0}, {"lr": 3e-4, "noise": 1.0}]),
+    }
+    res: dict = {"seeds": seeds, "pairs": pairs, "steps": steps, "configs": configs}
+
+    # ---- digits (main) ----
+    dbase, _ = load_flow("digits", prof)
+    data, _ = digits_data()
+    clf = digits_classifier()
+    dreward = lambda x: digits_reward(clf, x)  # noqa: E731
+    xd = torch.randn(prof.pick(128, 512, 2000), 64, generator=torch.Generator().manual_seed(6))
+    d_eval = lambda m: _digits_metrics(m, xd, steps, dreward, data)  # noqa: E731
+    d_iters, d_every = prof.pick(2, 30, 100), prof.pick(1, 3, 10)
+    res["digits"] = _compare(dbase, dreward, d_eval, configs, d_iters, pairs, steps, seeds, d_every)
+    res["digits"]["iters"] = d_iters
+    d_show = torch.randn(10, 64, generator=torch.Generator().manual_seed(8))
+    images = {"base": sample_ode(dbase, d_show, steps).clamp(-1, 1).numpy()}
+    for a in configs:
+        images[a] = sample_ode(res["digits"][a].pop("model"), d_show, steps).clamp(-1, 1).numpy()
+    res["digits"]["images"] = images
+
+    # ---- 2-D ----
+    base, _ = load_flow("ring", prof)
+    x_eval = torch.randn(prof.pick(256, 2000, 5000), 2, generator=torch.Generator().manual_seed(4321))
+    r_eval = lambda m: _ring_metrics(m, x_eval, steps)  # noqa: E731
+    r_iters, r_every = prof.pick(2, 32, 150), prof.pick(1, 4, 10)
+    res["ring"] = _compare(base, ring_reward, r_eval, configs, r_iters, pairs, steps, seeds, r_every)
+    res["ring"]["iters"] = r_iters
+    x_show = torch.randn(500, 2, generator=torch.Generator().manual_seed(5))
+    samples = {"base": sample_ode(base, x_show, steps).numpy()}
+    for a in configs:
+        samples[a] = sample_ode(res["ring"][a].pop("model"), x_show, steps).numpy()
+    res["ring"]["samples"] = samples
+    res["seconds"] = time.perf_counter() - t_start
+    return res

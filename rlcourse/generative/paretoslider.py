@@ -1,0 +1,427 @@
+"""ParetoSlider: one preference-conditioned flow model for a whole Pareto front.
+
+Paper: *ParetoSlider: Diffusion Models Post-Training for Continuous Reward Control*, Golan,
+Finkelson, Bereslavsky, Nitzan, Patashnik (2026), arXiv:2604.20816. The model is conditioned on a
+preference vector ``omega`` on the simplex, drawn afresh for every group during RL; the rewards are
+normalised per objective inside the group and only then combined with ``omega`` ("late
+scalarisation"); the policy loss is DiffusionNFT's forward-process loss.
+
+The experiment (:func:`run_paretoslider_experiment`) fine-tunes the cached flow models of
+:mod:`rlcourse.generative.flow` on two conflicting rewards, in 2-D and on 8x8 digits.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from ..profiles import Profile, profile as current_profile
+from .flow import VelocityMLP, digits_classifier, linear_path, load_flow, one_thread, ring_centres, sample_ode
+
+
+# ----------------------------------------------------------------------------------------------
+# preferences and advantages
+# ----------------------------------------------------------------------------------------------
+def sample_preferences(n: int, num_objectives: int, generator: torch.Generator | None = None,
+                       min_weight: float = 0.0) -> torch.Tensor:
+    """Preference vectors on the simplex, as the authors' sampler draws them.
+
+    Two objectives: ``omega_1 ~ U(0, 1)`` (that is Dir(1, 1)), clipped to ``[m, 1 - m]``. Three or
+    more: 50% vertices (one-hot), 35% edges (a random pair with Dir(1, 1) weights), 15% interior
+    (Dir(1, ..., 1)).
+
+    ========== ========== ========================================
+    n          int        number of vectors
+    returns    ``(n, R)`` non-negative rows that sum to 1
+    ========== ========== ========================================
+    """
+    if n < 1 or num_objectives < 2:
+        raise ValueError(f"need n >= 1 and at least 2 objectives, got n={n}, R={num_objectives}")
+    if not 0 <= min_weight < 0.5:
+        raise ValueError(f"min_weight must be in [0, 0.5), got {min_weight}")
+    R = num_objectives
+    if R == 2:
+        w1 = torch.rand(n, generator=generator).clamp(min_weight, 1 - min_weight)
+        return torch.stack([w1, 1 - w1], dim=1)
+    kind = torch.rand(n, generator=generator)
+    out = torch.zeros(n, R)
+    # Dir(1,...,1) = normalised Exp(1) draws
+    e = -torch.log(torch.rand(n, R, generator=generator).clamp_min(1e-12))
+    interior = e / e.sum(1, keepdim=True)
+    first = torch.randint(R, (n,), generator=generator)
+    second = (first + torch.randint(1, R, (n,), generator=generator)) % R
+    u = torch.rand(n, generator=generator)
+    rows = torch.arange(n)
+    vertex = kind < 0.5
+    edge = (kind >= 0.5) & (kind < 0.85)
+    out[rows[vertex], first[vertex]] = 1.0
+    out[rows[edge], first[edge]] = u[edge]
+    out[rows[edge], second[edge]] = 1 - u[edge]
+    inner = kind >= 0.85
+    out[inner] = interior[inner]
+    return out
+
+
+def preference_features(weights: torch.Tensor) -> torch.Tensor:
+    """The conditioning the model sees for two objectives: ``2 omega_1 - 1`` in [-1, 1], centred so
+    that the slider's input carries no common offset.
+
+    ======= ========== ===================================
+    weights ``(B, 2)`` preference vectors (rows sum to 1)
+    returns ``(B, 1)`` conditioning
+    ======= ========== ===================================
+    """
+    if weights.ndim != 2 or weights.shape[1] != 2:
+        raise ValueError(f"weights must have shape (B, 2), got {tuple(weights.shape)}")
+    return 2 * weights[:, :1] - 1
+
+
+def _group_stats(x: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row mean and population std of the row's group, for each column of ``x`` ``(B, R)``."""
+    groups, inv, counts = torch.unique(index, return_inverse=True, return_counts=True)
+    if (counts < 2).any():
+        raise ValueError("every group needs at least 2 samples (G >= 2) to be normalised")
+    sums = torch.zeros(len(groups), x.shape[1], dtype=x.dtype).index_add_(0, inv, x)
+    mean = sums / counts[:, None]
+    sq = torch.zeros_like(sums).index_add_(0, inv, (x - mean[inv]) ** 2)
+    std = torch.sqrt(sq / counts[:, None])
+    return mean[inv], std[inv]
+
+
+def _check_rewards(rewards: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> None:
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must have shape (B, R), got {tuple(rewards.shape)}")
+    if weights.shape != rewards.shape:
+        raise ValueError(f"weights {tuple(weights.shape)} must match rewards {tuple(rewards.shape)}")
+    if index.shape != (rewards.shape[0],):
+        raise ValueError(f"index must have shape ({rewards.shape[0]},), got {tuple(index.shape)}")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf")
+    if (weights < 0).any() or not torch.allclose(weights.sum(1), torch.ones(len(weights), dtype=weights.dtype),
+                                                  atol=1e-5):
+        raise ValueError("each row of weights must be non-negative and sum to 1")
+    for g in torch.unique(index):
+        w = weights[index == g]
+        if not torch.allclose(w, w[:1].expand_as(w)):
+            raise ValueError(f"group {int(g)} mixes preference vectors; a group must share omega")
+
+
+def late_scalarised_advantages(rewards: torch.Tensor, weights: torch.Tensor, index: torch.Tensor,
+                               objective_scale: torch.Tensor | None = None, eps: float = 1e-4,
+                               batch_norm: bool = True) -> torch.Tensor:
+    """Per-objective group normalisation, then the preference-weighted sum ("late scalarisation").
+
+    ``A~_ij = (r_ij - mean_g r_.j) / (std_g r_.j + eps)``, ``A_i = sum_j omega_ij c_j A~_ij``, then
+    (optionally) ``A^ = (A - mean_batch A) / (std_batch A + eps)``. Standard deviations are population ones.
+
+    =============== ========== ===========================================
+    rewards         ``(B, R)`` reward j of sample i
+    weights         ``(B, R)`` omega of sample i's group (rows sum to 1)
+    index           ``(B,)``   group id (samples that share a prompt and omega)
+    objective_scale ``(R,)``   global objective weights c_j (default ones)
+    returns         ``(B,)``   advantages
+    =============== ========== ===========================================
+    """
+    _check_rewards(rewards, weights, index)
+    c = torch.ones(rewards.shape[1]) if objective_scale is None else objective_scale
+    if c.shape != (rewards.shape[1],):
+        raise ValueError(f"objective_scale must have shape ({rewards.shape[1]},), got {tuple(c.shape)}")
+    mean, std = _group_stats(rewards, index)
+    a = ((rewards - mean) / (std + eps) * weights * c).sum(1)
+    if batch_norm:
+        a = (a - a.mean()) / (a.std(unbiased=False) + eps)
+    return a
+
+
+def early_scalarised_advantages(rewards: torch.Tensor, weights: torch.Tensor, index: torch.Tensor,
+                                eps: float = 1e-4, batch_norm: bool = True) -> torch.Tensor:
+    """The baseline: combine the raw rewards first, ``r_i = sum_j omega_ij r_ij``, then group z-score.
+
+    Shapes as in :func:`late_scalarised_advantages`.
+    """
+    _check_rewards(rewards, weights, index)
+    r = (rewards * weights).sum(1, keepdim=True)
+    mean, std = _group_stats(r, index)
+    a = ((r - mean) / (std + eps))[:, 0]
+    if batch_norm:
+        a = (a - a.mean()) / (a.std(unbiased=False) + eps)
+    return a
+
+
+# ----------------------------------------------------------------------------------------------
+# the DiffusionNFT policy loss
+# ----------------------------------------------------------------------------------------------
+def nft_loss(model: VelocityMLP, old_model: VelocityMLP, x1: torch.Tensor, adv: torch.Tensor,
+             cond: torch.Tensor | None = None, beta: float = 1.0, adv_clip: float = 2.0,
+             generator: torch.Generator | None = None, ref_model: VelocityMLP | None = None,
+             kl: float = 0.0) -> torch.Tensor:
+    """DiffusionNFT's forward-process loss on generated samples, written for velocities.
+
+    ``r = 1/2 + 1/2 clip(A / A_max, -1, 1)``, ``v+ = (1 - beta) v_old + beta v_theta``,
+    ``v- = (1 + beta) v_old - beta v_theta``, and
+    ``L = mean[ r ||v+ - u||^2 + (1 - r) ||v- - u||^2 ] / beta`` on fresh points ``x_t`` of the
+    straight path from new noise to each sample (``u = x1 - x0``). Its minimiser is
+    ``v_theta = v_old + E[(2r - 1)(u - v_old) | x_t] / beta``. With ``kl > 0`` the velocity-space
+    KL surrogate ``kl * mean ||v_theta - v_ref||^2`` to a frozen ``ref_model`` is added.
+
+    ========== ========== ================================================
+    x1         ``(B, D)`` samples generated by the old model
+    adv        ``(B,)``   their advantages
+    cond       ``(B, C)`` the conditioning they were generated with
+    returns    scalar     loss
+    ========== ========== ================================================
+    """
+    if adv.shape != (x1.shape[0],):
+        raise ValueError(f"adv must have shape ({x1.shape[0]},), got {tuple(adv.shape)}")
+    if beta <= 0 or adv_clip <= 0:
+        raise ValueError(f"beta and adv_clip must be positive, got {beta}, {adv_clip}")
+    x0 = torch.randn(x1.shape, generator=generator)
+    t = torch.rand(x1.shape[0], generator=generator)
+    xt, u = linear_path(x0, x1, t)
+    r = (0.5 + 0.5 * (adv / adv_clip).clamp(-1, 1))[:, None]
+    v = model(xt, t, cond)
+    with torch.no_grad():
+        v_old = old_model(xt, t, cond)
+    v_pos = (1 - beta) * v_old + beta * v
+    v_neg = (1 + beta) * v_old - beta * v
+    per = r * (v_pos - u) ** 2 + (1 - r) * (v_neg - u) ** 2
+    loss = per.mean() / beta
+    if kl > 0:
+        if ref_model is None:
+            raise ValueError("kl > 0 needs a ref_model")
+        with torch.no_grad():
+            v_ref = ref_model(xt, t, cond)
+        loss = loss + kl * ((v - v_ref) ** 2).mean()
+    return loss
+
+
+def nft_optimum(u: torch.Tensor, v_old: torch.Tensor, r: torch.Tensor, beta: float) -> torch.Tensor:
+    """The velocity that minimises the NFT loss at one point ``x_t`` given samples through it.
+
+    ====== ========== ===============================================
+    u      ``(N, D)`` conditional velocities of N samples through x_t
+    v_old  ``(D,)``   the old model's velocity at x_t
+    r      ``(N,)``   their optimality probabilities in [0, 1]
+    returns ``(D,)``  ``v_old + mean_i[(2 r_i - 1)(u_i - v_old)] / beta``
+    ====== ========== ===============================================
+    """
+    if u.ndim != 2 or v_old.shape != (u.shape[1],) or r.shape != (u.shape[0],):
+        raise ValueError(f"shapes u {tuple(u.shape)}, v_old {tuple(v_old.shape)}, r {tuple(r.shape)} disagree")
+    return v_old + ((2 * r - 1)[:, None] * (u - v_old)).mean(0) / beta
+
+
+# ----------------------------------------------------------------------------------------------
+# fronts
+# ----------------------------------------------------------------------------------------------
+def hypervolume_2d(points: np.ndarray, ref: tuple[float, float]) -> float:
+    """Area dominated by ``points`` (maximisation) and bounded below by ``ref``.
+
+    ======= ========== =====================================
+    points  ``(N, 2)`` objective values (J1, J2)
+    ref     ``(2,)``   reference point, worse in both
+    returns float      the hypervolume
+    ======= ========== =====================================
+    """
+    p = np.asarray(points, dtype=float)
+    if p.ndim != 2 or p.shape[1] != 2:
+        raise ValueError(f"points must have shape (N, 2), got {p.shape}")
+    p = p[(p[:, 0] > ref[0]) & (p[:, 1] > ref[1])]
+    if len(p) == 0:
+        return 0.0
+    p = p[np.argsort(-p[:, 0])]
+    area, best_y = 0.0, ref[1]
+    for x, y in p:  # sweep from the largest J1; each point adds the strip above the best J2 so far
+        if y > best_y:
+            area += (x - ref[0]) * (y - best_y)
+            best_y = y
+    return float(area)
+
+
+# ----------------------------------------------------------------------------------------------
+# the experiment
+# ----------------------------------------------------------------------------------------------
+REWARD2_SCALE = 4.0  # the 2-D task's second reward model reports in different units
+
+
+def ring_objectives(x: torch.Tensor) -> torch.Tensor:
+    """The 2-D task's objectives in natural units: ``(cos theta, sin theta)`` of each point's angle, ``(B, 2)``.
+
+    Both are bounded and ignore the radius, so they ask "which direction", never "how far out".
+    """
+    theta = torch.atan2(x[:, 1], x[:, 0])
+    return torch.stack([torch.cos(theta), torch.sin(theta)], dim=1)
+
+
+def ring_rewards(x: torch.Tensor) -> torch.Tensor:
+    """The two conflicting rewards the RL sees: ``r1 = cos theta`` (point right) and
+    ``r2 = 4 sin theta`` (point up, from a reward model on another scale), ``(B, 2)``."""
+    return ring_objectives(x) * torch.tensor([1.0, REWARD2_SCALE])
+
+
+def digits_rewards(clf, x: torch.Tensor, classes: tuple[int, int] = (0, 1)) -> torch.Tensor:
+    """Two conflicting rewards for digits: the classifier's probabilities of two classes, ``(B, 2)``."""
+    p = clf.predict_proba(x.detach().clamp(-1, 1).numpy())
+    return torch.tensor(p[:, list(classes)], dtype=torch.float32)
+
+
+def train_slider(model: VelocityMLP, reward_fn, iters: int, groups: int, group_size: int, lr: float,
+                 fixed_omega: float | None = None, scalarisation: str = "late", inner_steps: int = 2,
+                 beta: float = 1.0, ode_steps: int = 10, seed: int = 0, min_weight: float = 0.0,
+                 kl: float = 1.0, reps: int = 4) -> dict:
+    """RL fine-tuning with the NFT loss: a preference-conditioned model (``fixed_omega=None``, omega
+    drawn per group) or a fixed-trade-off model (every group uses ``(fixed_omega, 1 - fixed_omega)``).
+
+    Each iteration: draw omega per group, sample ``group_size`` points per group with the ODE sampler,
+    score both rewards, compute advantages (``scalarisation`` "late" or "early"), and take
+    ``inner_steps`` Adam steps on :func:`nft_loss` against a snapshot of the model, each on ``reps``
+    noisy copies of every sample (more points ``x_t`` per reward call). Trains ``model`` in place;
+    returns a log with the reward calls.
+    """
+    if scalarisation not in ("late", "early"):
+        raise ValueError(f"scalarisation must be 'late' or 'early', got {scalarisation!r}")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    adv_fn = late_scalarised_advantages if scalarisation == "late" else early_scalarised_advantages
+    index = torch.arange(groups).repeat_interleave(group_size)
+    calls = 0
+    ref = copy.deepcopy(model).eval() if kl > 0 else None
+    for _ in range(iters):
+        if fixed_omega is None:
+            w = sample_preferences(groups, 2, gen, min_weight)
+        else:
+            w = torch.tensor([[fixed_omega, 1 - fixed_omega]]).expand(groups, 2)
+        w = w.repeat_interleave(group_size, dim=0)
+        cond = preference_features(w)
+        old = copy.deepcopy(model).eval()
+        x1 = sample_ode(old, torch.randn(len(w), model.dim, generator=gen), ode_steps, cond)
+        rewards = reward_fn(x1)
+        calls += len(x1)
+        adv = adv_fn(rewards, w, index)
+        x1r, advr, condr = x1.repeat(reps, 1), adv.repeat(reps), cond.repeat(reps, 1)
+        for _ in range(inner_steps):
+            loss = nft_loss(model, old, x1r, advr, condr, beta=beta, generator=gen, ref_model=ref, kl=kl)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return {"reward_calls": calls}
+
+
+@torch.no_grad()
+def evaluate_front(model: VelocityMLP, omegas, objective_fn, n: int, ode_steps: int, seed: int = 1234
+                   ) -> np.ndarray:
+    """Objective values ``(len(omegas), R)`` of ``model`` conditioned on each omega_1, on shared noise."""
+    x0 = torch.randn(n, model.dim, generator=torch.Generator().manual_seed(seed))
+    out = []
+    for w1 in omegas:
+        w = torch.tensor([[float(w1), 1 - float(w1)]]).expand(n, 2)
+        x = sample_ode(model, x0, ode_steps, preference_features(w))
+        out.append(objective_fn(x).mean(0).numpy())
+    return np.array(out)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman rank correlation of two 1-D arrays (no ties expected)."""
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def run_paretoslider_experiment(prof: Profile | None = None) -> dict:
+    """One omega-conditioned model against separate fixed-omega models, in 2-D and on digits.
+
+    2-D (ring, rewards ``r1 = x``, ``r2 = 4 y``): for each seed, train (a) one fixed model per
+    omega_1 in {0, .25, .5, .75, 1}, (b) one conditioned model with late scalarisation, (c) one
+    conditioned model with early scalarisation. Objectives reported in natural units
+    ``(J1, J2) = (E x, E y)``; the hypervolume uses the reference point (-1, -1).
+    Digits (rewards P(0), P(1) from a logistic-regression classifier): a conditioned model and fixed
+    models at omega_1 in {0, 0.5, 1}.
+
+    Returns a dict of numpy arrays and floats (see the chapter for the keys).
+    """
+    with one_thread():
+        return _run(prof or current_profile())
+
+
+def _run(prof: Profile) -> dict:
+    t_start = time.perf_counter()
+    fixed = [0.0, 0.25, 0.5, 0.75, 1.0]
+    grid = np.linspace(0, 1, 11)
+    seeds = prof.pick(1, 2, 5)
+    iters = prof.pick(6, 150, 400)
+    groups, gsize = prof.pick(4, 8, 16), prof.pick(8, 16, 16)
+    lr = 1e-3
+    n_eval = prof.pick(256, 2000, 5000)
+    ode_steps = prof.pick(6, 10, 20)
+    ref = (-1.0, -1.0)
+    objective = ring_objectives
+
+    base, base_info = load_flow("ring", prof)
+    res: dict = {"fixed_omegas": np.array(fixed), "grid": grid, "seeds": seeds, "iters": iters,
+                 "batch": groups * gsize, "ring_pretrain_s": base_info["seconds"], "ref": np.array(ref)}
+    res["base_J"] = evaluate_front(base, [0.5], objective, n_eval, ode_steps)[0]
+    fixed_J = np.zeros((seeds, len(fixed), 2))
+    cond_J = np.zeros((seeds, len(grid), 2))
+    early_J = np.zeros((seeds, len(grid), 2))
+    samples = {}
+    for s in range(seeds):
+        for i, w1 in enumerate(fixed):
+            m = copy.deepcopy(base).train()
+            train_slider(m, ring_rewards, iters, groups, gsize, lr, fixed_omega=w1, seed=100 * s + i,
+                         ode_steps=ode_steps)
+            fixed_J[s, i] = evaluate_front(m, [w1], objective, n_eval, ode_steps)[0]
+        for kind, store in (("late", cond_J), ("early", early_J)):
+            m = copy.deepcopy(base).train()
+            log = train_slider(m, ring_rewards, iters, groups, gsize, lr, scalarisation=kind, seed=100 * s + 50,
+                               ode_steps=ode_steps)
+            store[s] = evaluate_front(m, grid, objective, n_eval, ode_steps)
+            if s == 0 and kind == "late":
+                res["cond_reward_calls"] = log["reward_calls"]
+                x0 = torch.randn(600, 2, generator=torch.Generator().manual_seed(7))
+                with torch.no_grad():
+                    samples = {w1: sample_ode(m, x0, ode_steps, torch.full((600, 1), 2 * w1 - 1)).numpy()
+                               for w1 in (0.0, 0.5, 1.0)}
+                    samples["base"] = sample_ode(base, x0, ode_steps).numpy()
+    res["fixed_reward_calls"] = iters * groups * gsize * len(fixed)
+    on_fixed = [int(np.argmin(np.abs(grid - w))) for w in fixed]
+    res["fixed_J"], res["cond_J"], res["early_J"] = fixed_J, cond_J, early_J
+    res["hv_fixed"] = np.array([hypervolume_2d(fixed_J[s], ref) for s in range(seeds)])
+    res["hv_cond"] = np.array([hypervolume_2d(cond_J[s, on_fixed], ref) for s in range(seeds)])
+    res["hv_cond_grid"] = np.array([hypervolume_2d(cond_J[s], ref) for s in range(seeds)])
+    res["hv_early"] = np.array([hypervolume_2d(early_J[s, on_fixed], ref) for s in range(seeds)])
+    res["spearman_J1"] = np.array([spearman(grid, cond_J[s, :, 0]) for s in range(seeds)])
+    res["spearman_J2"] = np.array([spearman(grid, cond_J[s, :, 1]) for s in range(seeds)])
+    res["monotone_J1"] = np.array([float(np.all(np.diff(cond_J[s, :, 0]) > 0)) for s in range(seeds)])
+    res["monotone_J2"] = np.array([float(np.all(np.diff(cond_J[s, :, 1]) < 0)) for s in range(seeds)])
+    res["ring_samples"] = samples
+    res["centres"] = ring_centres().numpy()
+
+    # ---- digits ----
+    dbase, dinfo = load_flow("digits", prof)
+    clf = digits_classifier()
+    dreward = lambda x: digits_rewards(clf, x)  # noqa: E731
+    d_iters = prof.pick(4, 100, 400)
+    d_fixed = [0.0, 0.5, 1.0]
+    d_grid = np.linspace(0, 1, 5)
+    res["digits_pretrain_s"] = dinfo["seconds"]
+    res["digits_fixed_omegas"], res["digits_grid"], res["digits_iters"] = np.array(d_fixed), d_grid, d_iters
+    res["digits_base_J"] = evaluate_front(dbase, [0.5], dreward, n_eval // 2, ode_steps)[0]
+    dJ = []
+    for i, w1 in enumerate(d_fixed):
+        m = copy.deepcopy(dbase).train()
+        train_slider(m, dreward, d_iters, groups, gsize, lr, fixed_omega=w1, seed=900 + i, ode_steps=ode_steps)
+        dJ.append(evaluate_front(m, [w1], dreward, n_eval // 2, ode_steps)[0])
+    res["digits_fixed_J"] = np.array(dJ)
+    m = copy.deepcopy(dbase).train()
+    train_slider(m, dreward, d_iters, groups, gsize, lr, seed=950, ode_steps=ode_steps)
+    res["digits_cond_J"] = evaluate_front(m, d_grid, dreward, n_eval // 2, ode_steps)
+    res["digits_hv_fixed"] = hypervolume_2d(res["digits_fixed_J"], (0.0, 0.0))
+    res["digits_hv_cond"] = hypervolume_2d(res["digits_cond_J"][[0, 2, 4]], (0.0, 0.0))
+    x0 = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        res["digits_images"] = np.stack([sample_ode(m, x0, ode_steps, torch.full((8, 1), 2 * float(w) - 1))
+                                         .clamp(-1, 1).numpy()
+                                         for w in d_grid])
+        res["digits_base_images"] = sample_ode(dbase, x0, ode_steps).clamp(-1, 1).numpy()
+    res["seconds"] = time.perf_counter() - t_start
+    return res
