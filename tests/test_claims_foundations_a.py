@@ -1,0 +1,56 @@
+"""Claims of the foundations chapters *Policy gradients* and *KL control*, measured in the book
+profile (slow: `pytest -m claims`)."""
+import numpy as np
+import pytest
+
+import rlcourse
+from rlcourse.bandits import run_baseline_experiment, run_kl_experiment
+
+
+@pytest.mark.claims
+def test_policy_gradient_baseline_claims_book_profile():
+    r = run_baseline_experiment(rlcourse.profile("book"))
+    f = r["final"]
+    # 1. at the chapter's step size, every baseline ends higher than none
+    for b in ("batch_mean", "loo", "optimal", "value"):
+        assert f[b] > f["none"] + 0.02, b
+    # 2. the oracle-optimal constant baseline has lower exact variance than none along the runs
+    assert r["var_ratio"] > 1.3
+    assert np.all(r["var_optimal"] <= r["var_none"] + 1e-12)
+    # 3. at the smallest step size the baseline makes no real difference (same expected update) ...
+    assert abs(r["sweep"]["loo"][0] - r["sweep"]["none"][0]) < 0.03
+    # ... and the best reachable reward with a baseline beats the best without
+    assert r["best_final"]["loo"] > r["best_final"]["none"] + 0.01
+    assert r["best_final"]["optimal"] > r["best_final"]["none"] + 0.01
+    # 4. the empirical one-sample variance is smaller with every baseline
+    for b in ("batch_mean", "loo", "optimal", "value"):
+        assert r["est_var"][b] < r["est_var"]["none"], b
+
+
+@pytest.mark.claims
+def test_kl_control_claims_book_profile():
+    r = run_kl_experiment(rlcourse.profile("book"))
+    betas = r["betas"]
+    # 1. k1 in the reward, k2 and k3+ in the loss converge to the closed form pi* ~ ref exp(r / beta)
+    for p in ("k1-reward", "k2-loss", "k3+-loss"):
+        for i in range(len(betas)):
+            assert r["dist_opt"][p][i] < 0.05, (p, betas[i])
+            assert abs(r["J"][p][i] - r["opt_J"][i]) < 0.02, (p, betas[i])
+    # 2. k2 and k3+ have the same gradient: identical runs
+    assert r["J"]["k2-loss"] == r["J"]["k3+-loss"]
+    # 3. k3 in the loss goes to the forward-KL optimum instead (for the betas where they differ)
+    for i, beta in enumerate(betas):
+        if beta >= 0.1:
+            assert r["dist_fwd"]["k3-loss"][i] < 0.02, beta
+            assert r["dist_opt"]["k3-loss"][i] > 2 * r["dist_opt"]["k2-loss"][i], beta
+    # 3b. at every beta (including where the clamp of k3 binds) k3 ends at the fixed point of its
+    #     exact clamped expected update
+    assert max(r["dist_k3_fixed"]) < 0.05
+    assert r["k3_fixed_KL"][0] > r["fwd_KL"][0] + 0.1  # the clamp binds at the smallest beta
+    # 4. k1 in the loss has zero expected gradient: the KL term does nothing, reward ~ the best arm
+    for i in range(len(betas)):
+        assert r["J"]["k1-loss"][i] > r["opt_J"][i] - 0.01
+    assert max(r["J"]["k1-loss"]) - min(r["J"]["k1-loss"]) < 0.02
+    # 5. the trade-off: larger beta, less reward and less KL
+    for p in ("k1-reward", "k2-loss"):
+        assert all(np.diff(r["J"][p]) < 0) and all(np.diff(r["KL"][p]) < 0)
