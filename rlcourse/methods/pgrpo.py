@@ -1,0 +1,401 @@
+"""P-GRPO: personalised advantages from the reward history of each preference group.
+
+Paper: *Personalized Group Relative Policy Optimization for Heterogenous Preference Alignment*,
+Wang, Peters, Butt, Hashemi, Hashemi, Ghari, Hoover, Rae, Dehghani (2026), arXiv:2603.10009.
+
+GRPO normalises a reward against the rewards sampled beside it. When that pool mixes users whose
+rewards have different means and scales, the majority sets the mean and the scale, and a minority's
+within-group contrast shrinks. P-GRPO keeps running statistics of the rewards of each *preference
+group* (a user type) and normalises each reward against its own group's history:
+
+    A_i = (r_i - mu_{g(i)}) / (sigma_{g(i)} + eps)
+
+The statistics, their update rule and the order of update and normalisation are a reconstruction
+from the paper's abstract (the course's brief marks them so); here they are Welford's running mean
+and variance (or an exponential moving average), kept in the trainer's ``state`` dict so that they
+survive checkpoints.
+
+Registered parts
+================ ========================= ===================================================
+``p_grpo``       advantage estimator       per-preference-group history normalisation
+``pg2_pooled``   advantage estimator       the failure mode: one mean and std over the whole batch
+``pg2_pref``     reward                    the task's verdict times the preference group's scale
+``pg2_sortmix``  task (pre-training)       sort either way, tag ignored: the base model's data
+``pg2_prefsort`` task (RL)                 tag A (majority) wants ascending, tag B descending
+================ ========================= ===================================================
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..advantages import outcome_scores, register_estimator
+from ..lm.model import response_logprobs
+from ..ops import as_index
+from ..rewards import register_reward
+from ..tasks import Example, Score, Task, register_task
+
+STATE_KEY = "p_grpo"
+
+
+# ---------------------------------------------------------------------- running statistics
+def new_stats() -> dict:
+    """Empty running statistics: ``{"n": 0, "mean": 0, "m2": 0}`` (``m2`` = sum of squared deviations;
+    for the EMA form ``m2`` holds the variance itself). Plain floats, so they pickle into checkpoints."""
+    return {"n": 0.0, "mean": 0.0, "m2": 0.0}
+
+
+def _as_float_array(values, name: str) -> np.ndarray:
+    arr = np.asarray(values.detach().cpu() if isinstance(values, torch.Tensor) else values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr
+
+
+def welford_update(stats: dict, values) -> dict:
+    """Welford's update of running statistics with each value in turn; returns new statistics.
+
+    For each value r: n <- n+1, delta = r - mean, mean <- mean + delta/n, m2 <- m2 + delta*(r - mean).
+    After n values, ``mean`` is their mean and ``m2 / (n-1)`` their unbiased variance.
+
+    ======= ========= ============================================
+    stats   dict      ``{"n", "mean", "m2"}`` before the update
+    values  ``(N,)``  new rewards of one preference group
+    returns dict      the statistics after the N values
+    ======= ========= ============================================
+    """
+    if set(stats) != {"n", "mean", "m2"}:
+        raise ValueError(f"stats must have keys n, mean, m2; got {sorted(stats)}")
+    n, mean, m2 = float(stats["n"]), float(stats["mean"]), float(stats["m2"])
+    for r in _as_float_array(values, "values").tolist():
+        n += 1.0
+        delta = r - mean
+        mean += delta / n
+        m2 += delta * (r - mean)
+    return {"n": n, "mean": mean, "m2": m2}
+
+
+def ema_update(stats: dict, values, decay: float) -> dict:
+    """Exponential moving average of mean and variance with weight ``alpha = 1 - decay`` per value.
+
+    For each value r: d = r - mean, mean <- mean + alpha d, var <- (1 - alpha)(var + alpha d^2). The
+    first value initialises ``mean = r, var = 0``. ``m2`` holds the variance (not a sum).
+
+    ======= ========= ============================================
+    stats   dict      ``{"n", "mean", "m2"}`` (``m2`` = variance)
+    values  ``(N,)``  new rewards of one preference group
+    decay   float     lambda in (0, 1); the memory is about 1/(1-lambda) values
+    returns dict      the statistics after the N values
+    ======= ========= ============================================
+    """
+    if not 0.0 < decay < 1.0:
+        raise ValueError(f"decay must be in (0, 1), got {decay}")
+    alpha = 1.0 - decay
+    n, mean, var = float(stats["n"]), float(stats["mean"]), float(stats["m2"])
+    for r in _as_float_array(values, "values").tolist():
+        if n == 0:
+            n, mean, var = 1.0, r, 0.0
+            continue
+        n += 1.0
+        d = r - mean
+        mean += alpha * d
+        var = (1.0 - alpha) * (var + alpha * d * d)
+    return {"n": n, "mean": mean, "m2": var}
+
+
+def stats_mean_std(stats: dict, ema: bool = False) -> tuple[float, float]:
+    """``(mean, std)`` of running statistics: Welford's unbiased std, or the EMA's std."""
+    if stats["n"] < 1:
+        raise ValueError("no values seen yet: the statistics have n = 0")
+    if ema:
+        return stats["mean"], math.sqrt(max(stats["m2"], 0.0))
+    var = stats["m2"] / (stats["n"] - 1.0) if stats["n"] > 1 else 0.0
+    return stats["mean"], math.sqrt(max(var, 0.0))
+
+
+# ---------------------------------------------------------------------- the advantage
+def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict, epsilon: float = 1e-6,
+                      include_batch: bool = True, decay: float | None = None, min_history: int = 2):
+    """P-GRPO advantages of one batch, and the updated per-preference-group history.
+
+    :math:`A_i = (r_i - \\mu_{g(i)}) / (\\sigma_{g(i)} + \\epsilon)` with :math:`\\mu_g, \\sigma_g` the
+    running statistics of preference group g. With ``include_batch`` (default) the batch's rewards
+    are added to the history first ("post-update"); otherwise the history before this batch is used
+    and updated afterwards ("pre-update"). A group with fewer than ``min_history`` rewards in the
+    statistics used falls back to the batch's own mean and std of that group (cold start).
+
+    =========== ========= =========================================================
+    scores      ``(B,)``  outcome reward of each row
+    pref_groups ``B``     the preference-group label (hashable) of each row
+    history     dict      label -> running statistics (``new_stats()``); not mutated
+    decay       float     None: full history (Welford); else EMA with this lambda
+    returns     ``(adv (B,), new_history)``
+    =========== ========= =========================================================
+    """
+    if scores.ndim != 1:
+        raise ValueError(f"scores must be (B,), got shape {tuple(scores.shape)}")
+    if len(pref_groups) != scores.shape[0]:
+        raise ValueError(f"{len(pref_groups)} preference-group labels for {scores.shape[0]} scores")
+    if not torch.isfinite(scores).all():
+        raise ValueError("scores contain NaN or inf")
+    ema = decay is not None
+    update = (lambda s, v: ema_update(s, v, decay)) if ema else welford_update
+    new_history = copy.deepcopy(history)
+    labels = list(pref_groups)
+    adv = torch.zeros_like(scores, dtype=torch.float32)
+    for g in dict.fromkeys(labels):  # in order of first appearance
+        rows = torch.tensor([i for i, lab in enumerate(labels) if lab == g])
+        r = scores[rows].double()
+        before = new_history.get(g, new_stats())
+        after = update(before, r)
+        used = after if include_batch else before
+        if used["n"] >= min_history:
+            mu, sigma = stats_mean_std(used, ema)
+        else:  # cold start: the batch's own statistics of this group
+            mu = float(r.mean())
+            sigma = float(r.std()) if len(r) > 1 else 0.0
+        adv[rows] = ((r - mu) / (sigma + epsilon)).float()
+        new_history[g] = after
+    return adv, new_history
+
+
+def pref_group_of(example: Example, key: str = "pref_group"):
+    """The preference-group label of an example (``example.meta[key]``); raises if it has none."""
+    if key not in example.meta:
+        raise ValueError(f"example {example.prompt!r} has no meta[{key!r}]: P-GRPO needs each prompt's "
+                         f"preference group")
+    return example.meta[key]
+
+
+@register_estimator("p_grpo")
+def compute_p_grpo_advantage(token_level_rewards, response_mask, index, examples, state, epsilon: float = 1e-6,
+                             include_batch: bool = True, decay: float | None = None, min_history: int = 2,
+                             group_key: str = "pref_group"):
+    """Registry entry ``p_grpo``: :func:`p_grpo_advantages` with the history in ``state["p_grpo"]``.
+
+    =================== ========= ==============================================
+    token_level_rewards ``(B,T)`` reward on the last valid token
+    response_mask       ``(B,T)`` 1 up to and including EOS
+    index               ``(B,)``  prompt id of each row (checked, not used)
+    examples            ``B``     the Example of each row (``meta[group_key]``)
+    state               dict      the trainer's state; holds the history
+    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward
+    =================== ========= ==============================================
+    """
+    scores = outcome_scores(token_level_rewards, response_mask)
+    as_index(index, len(scores))
+    if examples is None or len(examples) != len(scores):
+        raise ValueError(f"p_grpo needs one Example per row ({len(scores)} rows)")
+    labels = [pref_group_of(e, group_key) for e in examples]
+    adv, state[STATE_KEY] = p_grpo_advantages(scores, labels, state.get(STATE_KEY, {}), epsilon, include_batch,
+                                              decay, min_history)
+    return adv.unsqueeze(-1) * response_mask, scores.unsqueeze(-1) * response_mask
+
+
+@register_estimator("pg2_pooled")
+def compute_pooled_advantage(token_level_rewards, response_mask, index=None, epsilon: float = 1e-6):
+    """The failure mode P-GRPO addresses: one mean and one std over the whole batch, whatever the
+    preference group, :math:`A_i = (r_i - \\bar r_{\\text{batch}}) / (\\mathrm{std}_{\\text{batch}} + \\epsilon)`.
+    Returns ``(adv, ret)``, both ``(B,T)``."""
+    scores = outcome_scores(token_level_rewards, response_mask)
+    if len(scores) < 2:
+        raise ValueError("pooled normalisation needs at least 2 rows")
+    adv = (scores - scores.mean()) / (scores.std() + epsilon)
+    return adv.unsqueeze(-1) * response_mask, scores.unsqueeze(-1) * response_mask
+
+
+def pooled_moments(p: Sequence[float], mu: Sequence[float], s: Sequence[float]) -> tuple[float, float]:
+    """Mean and std of a mixture of preference groups (law of total variance).
+
+    ======= ======== ==============================================
+    p       ``(K,)`` share of each group in the pool (sums to 1)
+    mu, s   ``(K,)`` mean and std of each group's reward
+    returns          ``(mu_mix, sigma_mix)``
+    ======= ======== ==============================================
+    """
+    p, mu, s = (np.asarray(a, dtype=np.float64) for a in (p, mu, s))
+    if not (p.shape == mu.shape == s.shape) or p.ndim != 1:
+        raise ValueError(f"p, mu, s must be (K,) of one length, got {p.shape}, {mu.shape}, {s.shape}")
+    if (p < 0).any() or abs(p.sum() - 1) > 1e-9:
+        raise ValueError(f"p must be a probability vector, got {p}")
+    m = float(p @ mu)
+    return m, float(np.sqrt(p @ s**2 + p @ (mu - m) ** 2))
+
+
+# ---------------------------------------------------------------------- the preference task
+def _sort_prompt(rng, tag: str, length: int) -> tuple[str, str, str]:
+    digits = "".join(str(d) for d in rng.integers(0, 10, size=length))
+    while len(set(digits)) == 1:  # both directions must differ
+        digits = "".join(str(d) for d in rng.integers(0, 10, size=length))
+    asc = "".join(sorted(digits))
+    return f"{tag}:{digits}=", asc, asc[::-1]
+
+
+class SortMix(Task):
+    """Pre-training data for the preference chapter: ``A:4179=`` or ``B:4179=`` -> the digits sorted
+    ascending *or* descending at random. With probability ``lean`` the order is the tag's own (A
+    ascending, B descending), otherwise the other one. Either order scores 1, so a base model built on
+    it sorts well and leans only mildly towards each tag's order."""
+
+    name = "pg2_sortmix"
+
+    def __init__(self, length: int = 4, lean: float = 0.7):
+        if not 0.0 <= lean <= 1.0:
+            raise ValueError(f"lean must be a probability, got {lean}")
+        self.length, self.lean = length, lean
+        self.name = f"pg2_sortmix-lean{lean:.2f}"  # names the cached base model
+
+    def _draw(self, rng):
+        tag = "AB"[int(rng.integers(2))]
+        prompt, asc, desc = _sort_prompt(rng, tag, self.length)
+        own, other = (asc, desc) if tag == "A" else (desc, asc)
+        sol = own if rng.random() < self.lean else other
+        return Example(prompt=prompt, answer=asc, solution=sol, meta={"pref_group": tag})
+
+    def score(self, completion, example):
+        got = completion.strip()
+        ok = got in (example.answer, example.answer[::-1])
+        return Score(float(ok), "correct (either order)" if ok else "wrong: not sorted either way")
+
+
+class PrefSort(Task):
+    """The preference task: tag ``A`` (a share ``majority`` of prompts) prefers the digits ascending,
+    tag ``B`` (the minority) descending. ``score`` is 1 for the preferred order only; the reward
+    ``pg2_pref`` scales it per group (A on 0-10, B on 0-1)."""
+
+    name = "pg2_prefsort"
+
+    def __init__(self, length: int = 4, majority: float = 0.8):
+        if not 0.5 <= majority < 1.0:
+            raise ValueError(f"majority must be in [0.5, 1), got {majority}")
+        self.length, self.majority = length, majority
+
+    def _draw(self, rng):
+        tag = "A" if rng.random() < self.majority else "B"
+        prompt, asc, desc = _sort_prompt(rng, tag, self.length)
+        want = asc if tag == "A" else desc
+        return Example(prompt=prompt, answer=want, solution=want, meta={"pref_group": tag})
+
+    def examples_of(self, tag: str, n: int, seed: int = 0, split: str = "test") -> list[Example]:
+        """``n`` examples of one preference group (held-out by default)."""
+        if tag not in ("A", "B"):
+            raise ValueError(f"tag must be 'A' or 'B', got {tag!r}")
+        out: list[Example] = []
+        k = 4 * n + 16
+        while len(out) < n:
+            out = [e for e in self.examples(k, seed=seed, split=split) if e.meta["pref_group"] == tag][:n]
+            k *= 2
+        return out
+
+    def score(self, completion, example):
+        ok = completion.strip() == example.answer
+        return Score(float(ok), "the preferred order" if ok else "not the preferred order")
+
+
+register_task("pg2_sortmix")(SortMix)
+register_task("pg2_prefsort")(PrefSort)
+
+#: reward scale of each preference group: different means *and* scales
+PREF_SCALES = {"A": 10.0, "B": 1.0}
+
+
+@register_reward("pg2_pref")
+def preference_reward(batch, examples, task, state) -> torch.Tensor:
+    """The task's verdict (1 for the group's preferred answer) times the group's scale ``PREF_SCALES``."""
+    base = torch.as_tensor(task.rewards(batch.texts, examples), dtype=torch.float32)
+    scale = torch.tensor([PREF_SCALES[pref_group_of(e)] for e in examples], dtype=torch.float32)
+    return base * scale
+
+
+@torch.no_grad()
+def preferred_probability(model, tokenizer, examples: Sequence[Example]) -> float:
+    """Mean over examples of pi(preferred answer + EOS | prompt): the exact probability that one
+    sample is the answer this user wants (no sampling noise)."""
+    from ..lm.zoo import sft_batch
+
+    input_ids, attention_mask, response_mask = sft_batch(tokenizer, list(examples))
+    logp = response_logprobs(model, input_ids, attention_mask, response_mask.shape[1])
+    return float(torch.exp((logp * response_mask).sum(-1)).mean())
+
+
+# ---------------------------------------------------------------------- the chapter's experiment
+ARMS = {"GRPO, pooled batch": "pg2_pooled", "GRPO, per prompt": "grpo", "P-GRPO": "p_grpo"}
+
+
+def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = False) -> dict:
+    """Majority/minority preference groups on the tiny LM: GRPO with a pooled batch normalisation,
+    GRPO per prompt and P-GRPO, from the same base model, for several seeds.
+
+    Every arm samples G = 2 answers per prompt (so a per-prompt group often has zero variance).
+    Returns a dict with ``steps`` (evaluation steps), ``curves[arm]["A"|"B"]`` (seeds x evals) of the
+    mean probability of the preferred answer on held-out prompts, ``final[arm][tag]`` (mean over
+    seeds), ``frac_zero_std[arm]`` (seeds x steps, share of prompts whose G rewards were equal),
+    ``steps_to_target[arm]`` (per seed, first eval step where B's probability >= target;
+    None if never), the base model's probabilities and timing.
+    """
+    from .. import profile as current_profile
+    from ..lm.zoo import load_base_model
+    from ..train import RLConfig, Trainer
+
+    prof = prof or current_profile()
+    n_seeds = seeds if seeds is not None else prof.pick(smoke=1, book=3, full=5)
+    steps = prof.pick(smoke=2, book=60, full=200)
+    every = prof.pick(smoke=1, book=5, full=10)
+    n_eval = prof.pick(smoke=16, book=128, full=256)
+    target = 0.8
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        base, tok = load_base_model("pg2_sortmix", strength=0.9, prof=prof, progress=progress)
+        task = PrefSort()
+        held = {tag: task.examples_of(tag, n_eval) for tag in "AB"}
+        base_p = {tag: preferred_probability(base, tok, held[tag]) for tag in "AB"}
+        eval_steps = list(range(0, steps + 1, every))
+        if eval_steps[-1] != steps:
+            eval_steps.append(steps)
+        curves = {arm: {"A": [], "B": []} for arm in ARMS}
+        zero_std = {arm: [] for arm in ARMS}
+        for arm, estimator in ARMS.items():
+            for seed in range(n_seeds):
+                torch.manual_seed(seed)
+                cfg = RLConfig(num_generations=2,
+                               prompts_per_step=prof.pick(smoke=4, book=16, full=32), max_completion_length=6,
+                               steps=steps, learning_rate=prof.rl_lr, seed=seed, reward="pg2_pref",
+                               advantage_estimator=estimator, progress=progress)
+                tr = Trainer(copy.deepcopy(base), tok, task, cfg, eval_examples=held["A"][:8])
+                row = {tag: [base_p[tag]] for tag in "AB"}
+                for s in eval_steps[1:]:
+                    tr.train(steps=s)
+                    for tag in "AB":
+                        row[tag].append(preferred_probability(tr.model, tok, held[tag]))
+                for tag in "AB":
+                    curves[arm][tag].append(row[tag])
+                zero_std[arm].append([h["frac_zero_std_groups"] for h in tr.history])
+    finally:
+        torch.set_num_threads(old_threads)
+    curves = {arm: {tag: np.asarray(v) for tag, v in c.items()} for arm, c in curves.items()}
+
+    def first_reach(row):
+        hits = [s for s, v in zip(eval_steps, row) if v >= target]
+        return hits[0] if hits else None
+
+    return {
+        "steps": eval_steps,
+        "curves": curves,
+        "final": {arm: {tag: float(c[tag][:, -1].mean()) for tag in "AB"} for arm, c in curves.items()},
+        "auc": {arm: {tag: float(c[tag].mean()) for tag in "AB"} for arm, c in curves.items()},
+        "steps_to_target": {arm: [first_reach(r) for r in c["B"]] for arm, c in curves.items()},
+        "target": target,
+        "frac_zero_std": {arm: np.asarray(v) for arm, v in zero_std.items()},
+        "base": base_p,
+        "seeds": n_seeds,
+        "seconds": time.perf_counter() - t0,
+    }

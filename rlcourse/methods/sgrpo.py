@@ -1,0 +1,280 @@
+"""S-GRPO: conditional ground-truth injection when a whole group fails.
+
+Paper: *S-GRPO: Unified Post-Training for Large Vision-Language Models*, Yan, Tang, Chen, Xu, Hu, Yu,
+Hu (2026), arXiv:2604.16557.
+
+What the abstract states: when a binary verifier finds that every rollout of a group failed, the
+verified ground-truth answer enters the group with the maximal reward, so the group-relative
+advantage carries a positive signal and the supervised objective becomes a high-advantage term of the
+policy gradient. Everything else here (the sampler that *replaces* one failed sample by the
+demonstration, the log-probs recomputed under the current policy so the importance ratio starts at 1,
+the closed forms) is the course's reconstruction.
+
+Registered parts
+============ =============== ==============================================================
+``s_grpo``   sampler         G samples per prompt; in an all-fail group the last sample is
+                             replaced by the prompt's demonstration (reward 1)
+``sg_sortadd`` task          pre-training mixture of ``sort`` and ``addition``
+============ =============== ==============================================================
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..lm.model import response_logprobs
+from ..lm.sampling import RolloutBatch
+from ..rollout import policy_sampler, register_sampler
+from ..tasks import Addition, Example, Sort, Task, get_task, register_task
+
+STATE_KEY = "s_grpo"
+
+
+# ---------------------------------------------------------------------- closed forms
+def zero_variance_probability(p, G: int):
+    """Probability that a group of G independent Bernoulli(p) rewards has zero variance:
+    all succeed or all fail, :math:`p^G + (1-p)^G`. Works on floats and arrays."""
+    if G < 1:
+        raise ValueError(f"G must be >= 1, got {G}")
+    p = np.asarray(p, dtype=np.float64)
+    if ((p < 0) | (p > 1)).any():
+        raise ValueError("p must be in [0, 1]")
+    out = p**G + (1 - p) ** G
+    return float(out) if out.ndim == 0 else out
+
+
+def injected_advantages(n: int, std: str = "sample") -> tuple[float, float]:
+    """GRPO advantages in a group of ``n`` with exactly one success (reward 1) and n-1 failures
+    (reward 0), as after an injection: ``(A_success, A_fail)``.
+
+    ======= ===== ==============================================================
+    n       int   group size after injection (G when replacing, G+1 when appending)
+    std     str   ``"sample"`` (Bessel, as TRL/verl) or ``"pop"`` (population)
+    returns       sample: ((n-1)/sqrt(n), -1/sqrt(n)); pop: (sqrt(n-1), -1/sqrt(n-1))
+    ======= ===== ==============================================================
+    """
+    if n < 2:
+        raise ValueError(f"a group needs n >= 2 for a standard deviation, got {n}")
+    if std == "sample":
+        return (n - 1) / math.sqrt(n), -1 / math.sqrt(n)
+    if std == "pop":
+        return math.sqrt(n - 1), -1 / math.sqrt(n - 1)
+    raise ValueError(f"std must be 'sample' or 'pop', got {std!r}")
+
+
+# ---------------------------------------------------------------------- the injection
+def all_fail_groups(rewards: torch.Tensor, G: int, threshold: float = 0.0) -> torch.Tensor:
+    """``(N,)`` bool: which contiguous groups of G rewards have every reward <= ``threshold``.
+
+    ======= ========== ==========================================
+    rewards ``(N*G,)`` verifier rewards, groups contiguous
+    returns ``(N,)``   True where the whole group failed
+    ======= ========== ==========================================
+    """
+    if rewards.ndim != 1 or len(rewards) % G:
+        raise ValueError(f"rewards must be (N*G,) with G={G}, got shape {tuple(rewards.shape)}")
+    return (rewards.reshape(-1, G) <= threshold).all(1)
+
+
+@torch.no_grad()
+def inject_demonstrations(model, tokenizer, batch: RolloutBatch, rows: Sequence[int],
+                          demonstrations: Sequence[str]) -> RolloutBatch:
+    """A copy of ``batch`` where each row in ``rows`` holds a demonstration instead of its sample.
+
+    The demonstration is tokenised as a response (text + EOS), the batch is right-padded if it is
+    longer than the sampled responses, and the row's ``logprobs`` are recomputed under the current
+    ``model`` at the batch's temperature, so that the importance ratio of the injected row is exactly 1
+    before the first update (the demonstration is treated as if the current policy had sampled it).
+
+    ============== ========= ====================================================
+    batch          B rows    the sampled rollout batch (not modified)
+    rows           ``K``     which rows to replace
+    demonstrations ``K``     the replacement completions (without EOS)
+    returns        B rows    the new batch; ``response_len`` may have grown
+    ============== ========= ====================================================
+    """
+    rows = [int(r) for r in rows]
+    if len(rows) != len(demonstrations):
+        raise ValueError(f"{len(rows)} rows but {len(demonstrations)} demonstrations")
+    if len(set(rows)) != len(rows) or any(not 0 <= r < len(batch) for r in rows):
+        raise ValueError(f"rows must be distinct indices in [0, {len(batch)}), got {rows}")
+    if not rows:
+        return batch
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    demo_ids = [tokenizer(d, add_special_tokens=False)["input_ids"] + [eos] for d in demonstrations]
+    T = max(batch.response_len, max(len(d) for d in demo_ids))
+    extra = T - batch.response_len
+    response_ids = torch.nn.functional.pad(batch.response_ids, (0, extra), value=pad)
+    response_mask = torch.nn.functional.pad(batch.response_mask, (0, extra), value=0.0)
+    logprobs = torch.nn.functional.pad(batch.logprobs, (0, extra), value=0.0)
+    truncated, texts = batch.truncated.clone(), list(batch.texts)
+    for r, ids, text in zip(rows, demo_ids, demonstrations):
+        response_ids[r] = pad
+        response_ids[r, :len(ids)] = torch.tensor(ids)
+        response_mask[r] = 0.0
+        response_mask[r, :len(ids)] = 1.0
+        truncated[r], texts[r] = False, text
+    new = replace(batch, response_ids=response_ids, response_mask=response_mask, logprobs=logprobs,
+                  truncated=truncated, texts=texts)
+    sub = torch.tensor(rows)
+    was_training = model.training
+    model.eval()
+    lp = response_logprobs(model, new.input_ids[sub], new.attention_mask[sub], T, batch.temperature)
+    model.train(was_training)
+    new.logprobs[sub] = lp * response_mask[sub]
+    return new
+
+
+def attach_references(state: dict, task: Task | str, examples: Sequence[Example]) -> None:
+    """Give the ``s_grpo`` sampler what it needs: the task's verifier and each prompt's
+    demonstration, stored in ``state["s_grpo"]`` (the sampler only sees prompt strings)."""
+    task = get_task(task)
+    refs = {e.prompt: e for e in examples}
+    bad = [e.prompt for e in list(refs.values())[:200] if task.score(e.solution, e).reward < 1.0]
+    if bad:
+        raise ValueError(f"demonstrations must pass the verifier; these do not: {bad[:3]}")
+    state.setdefault(STATE_KEY, {}).update({"task": task, "references": refs, "injected": []})
+
+
+@register_sampler("s_grpo")
+def s_grpo_sampler(model, tokenizer, prompts, config, generator, state) -> RolloutBatch:
+    """Sample G per prompt; in every group where the verifier failed all G, replace the last sample
+    by the prompt's demonstration (log-probs recomputed, so the ratio starts at 1). Appends the
+    fraction of injected groups to ``state["s_grpo"]["injected"]``. Needs :func:`attach_references`."""
+    memo = state.get(STATE_KEY)
+    if not memo or "references" not in memo:
+        raise ValueError("the s_grpo sampler needs state['s_grpo'] from attach_references(trainer.state, "
+                         "task, examples) before training")
+    G = config.num_generations
+    if G < 2:
+        raise ValueError(f"s_grpo needs num_generations >= 2, got {G}")
+    batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+    try:
+        examples = [memo["references"][p] for p in batch.prompts]
+    except KeyError as err:
+        raise ValueError(f"no demonstration for prompt {err.args[0]!r}") from None
+    rewards = torch.as_tensor(memo["task"].rewards(batch.texts, examples), dtype=torch.float32)
+    failed = all_fail_groups(rewards, G)
+    rows = [int(g) * G + G - 1 for g in failed.nonzero().flatten()]
+    memo["injected"].append(float(failed.float().mean()))
+    return inject_demonstrations(model, tokenizer, batch, rows, [examples[r].solution for r in rows])
+
+
+# ---------------------------------------------------------------------- the two-task base model
+class SortAddition(Task):
+    """Pre-training mixture: half ``sort`` (4 digits), half 2-digit ``addition``, each scored by
+    its own verifier. Stopped at a low target, a base model sorts well and rarely adds right."""
+
+    name = "sg_sortadd"
+
+    def __init__(self):
+        self.sort, self.add = Sort(), Addition()
+
+    def _draw(self, rng):
+        return (self.sort if rng.random() < 0.5 else self.add)._draw(rng)
+
+    def score(self, completion, example):
+        return (self.add if "+" in example.prompt else self.sort).score(completion, example)
+
+
+register_task("sg_sortadd")(SortAddition)
+
+
+# ---------------------------------------------------------------------- the chapter's experiment
+def _accuracies(model, tokenizer, held: dict) -> dict:
+    from ..lm.zoo import greedy_accuracy
+
+    return {name: greedy_accuracy(model, tokenizer, name, ex, max_new_tokens=10) for name, ex in held.items()}
+
+
+def run_sgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = False) -> dict:
+    """Cold start on addition from a base model that sorts well: GRPO, S-GRPO (injection sampler) and
+    SFT on the same demonstrations, with the same optimiser, learning rate, steps and prompts per step.
+
+    Returns ``steps`` (evaluation steps), ``curves[arm]["addition"|"sort"]`` (seeds x evals) of greedy
+    held-out accuracy, ``injected`` (seeds x steps, S-GRPO's fraction of all-fail groups, i.e. of
+    groups that received a demonstration), ``frac_zero_std[arm]`` (seeds x steps, the trainer's
+    fraction of zero-variance groups), ``final`` (mean over seeds), the base accuracies, the base
+    model's sampled success rate ``base_p`` and timing.
+    """
+    from .. import profile as current_profile
+    from ..lm.sampling import sample
+    from ..lm.zoo import load_base_model
+    from ..train import RLConfig, Trainer, sft
+
+    prof = prof or current_profile()
+    n_seeds = seeds if seeds is not None else prof.pick(smoke=1, book=2, full=5)
+    steps = prof.pick(smoke=2, book=60, full=200)
+    every = prof.pick(smoke=1, book=10, full=20)
+    n_eval = prof.pick(smoke=16, book=128, full=512)
+    G, n_prompts = prof.pick(smoke=2, book=8, full=8), prof.pick(smoke=4, book=16, full=32)
+    lr = prof.pick(smoke=1e-4, book=3e-4, full=3e-4)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        base, tok = load_base_model("sg_sortadd", strength=0.46, prof=prof, progress=progress)
+        add = Addition()
+        held = {"addition": add.examples(n_eval, seed=0, split="test"),
+                "sort": Sort().examples(n_eval, seed=0, split="test")}
+        base_acc = _accuracies(base, tok, held)
+        probe = sample(base, tok, [e.prompt for e in held["addition"]], num_generations=G, max_new_tokens=10,
+                       generator=torch.Generator().manual_seed(0))
+        base_p = float(add.rewards(probe.texts, [e for e in held["addition"] for _ in range(G)]).mean())
+        eval_steps = list(range(0, steps + 1, every))
+        if eval_steps[-1] != steps:
+            eval_steps.append(steps)
+        arms = ("GRPO", "S-GRPO", "SFT")
+        curves = {arm: {"addition": [], "sort": []} for arm in arms}
+        injected, zero_std = [], {"GRPO": [], "S-GRPO": []}
+        for seed in range(n_seeds):
+            pool = add.examples(4000, seed=seed, split="train")
+            for arm in arms:
+                torch.manual_seed(seed)
+                model = copy.deepcopy(base)
+                row = {k: [v] for k, v in base_acc.items()}
+                if arm == "SFT":
+                    done = 0
+                    for s in eval_steps[1:]:
+                        sft(model, tok, pool, steps=s - done, batch_size=n_prompts, lr=lr, seed=seed * 1000 + s)
+                        done = s
+                        for k, v in _accuracies(model, tok, held).items():
+                            row[k].append(v)
+                else:
+                    cfg = RLConfig(num_generations=G, prompts_per_step=n_prompts, max_completion_length=10,
+                                   steps=steps, learning_rate=lr, seed=seed, progress=progress,
+                                   sampler="s_grpo" if arm == "S-GRPO" else "policy")
+                    tr = Trainer(model, tok, add, cfg, train_examples=pool, eval_examples=held["addition"][:8])
+                    if arm == "S-GRPO":
+                        attach_references(tr.state, add, pool)
+                    for s in eval_steps[1:]:
+                        tr.train(steps=s)
+                        for k, v in _accuracies(tr.model, tok, held).items():
+                            row[k].append(v)
+                    zero_std[arm].append([h["frac_zero_std_groups"] for h in tr.history])
+                    if arm == "S-GRPO":
+                        injected.append(list(tr.state[STATE_KEY]["injected"]))
+                for k in row:
+                    curves[arm][k].append(row[k])
+    finally:
+        torch.set_num_threads(old_threads)
+    curves = {arm: {k: np.asarray(v) for k, v in c.items()} for arm, c in curves.items()}
+    return {
+        "steps": eval_steps,
+        "curves": curves,
+        "final": {arm: {k: float(v[:, -1].mean()) for k, v in c.items()} for arm, c in curves.items()},
+        "injected": np.asarray(injected),
+        "frac_zero_std": {arm: np.asarray(v) for arm, v in zero_std.items()},
+        "base": base_acc,
+        "base_p": base_p,
+        "G": G,
+        "lr": lr,
+        "seeds": n_seeds,
+        "seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,156 @@
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import rlcourse
+import rlcourse.methods.pgrpo as pg
+from rlcourse.advantages import get_estimator, place_on_last_token
+from rlcourse.lm import build_model, build_tokenizer
+from rlcourse.train import RLConfig, Trainer
+
+
+def test_welford_matches_numpy_in_chunks():
+    rng = np.random.default_rng(0)
+    x = rng.normal(3.0, 2.5, size=10_000)
+    stats = pg.new_stats()
+    cuts = np.sort(rng.choice(np.arange(1, len(x)), size=37, replace=False))
+    for chunk in np.split(x, cuts):
+        stats = pg.welford_update(stats, chunk)
+    mean, std = pg.stats_mean_std(stats)
+    assert stats["n"] == len(x)
+    assert abs(mean - x.mean()) < 1e-10
+    assert abs(std - x.std(ddof=1)) < 1e-10
+
+
+def test_welford_is_pure_and_rejects_bad_input():
+    s = pg.new_stats()
+    s2 = pg.welford_update(s, [1.0, 2.0])
+    assert s == pg.new_stats() and s2["n"] == 2
+    with pytest.raises(ValueError, match="NaN"):
+        pg.welford_update(s, [1.0, float("nan")])
+    with pytest.raises(ValueError, match="one-dimensional"):
+        pg.welford_update(s, np.ones((2, 2)))
+    with pytest.raises(ValueError, match="n = 0"):
+        pg.stats_mean_std(pg.new_stats())
+
+
+def test_ema_stationary_moments_match_closed_form():
+    # stationary N(mu, sigma^2): E[mean] = mu and E[var] = (1-a) * 2 sigma^2 / (2-a), a = 1 - decay
+    rng = np.random.default_rng(1)
+    decay, mu, sigma = 0.8, 1.5, 2.0
+    a = 1 - decay
+    means, vars_ = [], []
+    for _ in range(2000):
+        s = pg.ema_update(pg.new_stats(), rng.normal(mu, sigma, size=200), decay)
+        means.append(s["mean"])
+        vars_.append(s["m2"])
+    expected_var = (1 - a) * 2 * sigma**2 / (2 - a)
+    assert abs(np.mean(means) - mu) < 0.05
+    assert abs(np.mean(vars_) - expected_var) < 0.15  # sigma^2 = 4 (0.44 away) would fail
+    with pytest.raises(ValueError, match="decay"):
+        pg.ema_update(pg.new_stats(), [1.0], 1.0)
+
+
+def test_pooled_moments_law_of_total_variance():
+    rng = np.random.default_rng(2)
+    p, mu, s = [0.8, 0.2], [0.0, -2.0], [1.0, 0.3]
+    m, sd = pg.pooled_moments(p, mu, s)
+    n = 400_000
+    g = rng.random(n) < 0.8
+    x = np.where(g, rng.normal(0, 1, n), rng.normal(-2, 0.3, n))
+    assert abs(m - x.mean()) < 0.01 and abs(sd - x.std()) < 0.01
+    with pytest.raises(ValueError, match="probability"):
+        pg.pooled_moments([0.5, 0.6], mu, s)
+
+
+def test_two_groups_pooled_vs_personalised():
+    # brief: 80 % N(0,1), 20 % N(-2, 0.3): pooled minority mean advantage < -1; P-GRPO ~ N(0,1) per group
+    rng = np.random.default_rng(3)
+    history = {}
+    adv_p, labels_all = [], []
+    for step in range(60):
+        labels = ["A" if u < 0.8 else "B" for u in rng.random(256)]
+        r = torch.tensor([rng.normal(0, 1) if lab == "A" else rng.normal(-2, 0.3) for lab in labels])
+        adv, history = pg.p_grpo_advantages(r, labels, history)
+        if step >= 10:
+            adv_p.append(adv.numpy())
+            labels_all += labels
+        pooled = (r - r.mean()) / r.std()
+    lab = np.array(labels_all)
+    a = np.concatenate(adv_p)
+    pooled_b = pooled[torch.tensor([x == "B" for x in labels])]
+    assert float(pooled_b.mean()) < -1
+    for g in "AB":
+        assert abs(a[lab == g].mean()) < 0.05
+        assert abs(a[lab == g].std() - 1) < 0.05
+
+
+def test_degenerate_group_gets_signal_and_cold_start_falls_back():
+    r = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    hist = {"A": pg.welford_update(pg.new_stats(), [0.0, 1.0, 0.0, 1.0])}  # mean .5, std .577
+    adv, new = pg.p_grpo_advantages(r, ["A"] * 4, hist, include_batch=False, epsilon=0.0)
+    assert torch.allclose(adv, torch.full((4,), 0.5 / np.sqrt(1 / 3)), atol=1e-6)
+    assert new["A"]["n"] == 8 and hist["A"]["n"] == 4  # history not mutated
+    adv0, _ = pg.p_grpo_advantages(torch.tensor([1.0, 0.0]), ["B", "B"], {}, include_batch=False, epsilon=0.0)
+    assert torch.allclose(adv0, torch.tensor([0.7071068, -0.7071068]))  # batch fallback
+    with pytest.raises(ValueError, match="labels"):
+        pg.p_grpo_advantages(r, ["A"] * 3, {})
+
+
+def test_registered_estimator_keeps_history_in_state():
+    est = get_estimator("p_grpo")
+    mask = torch.ones(4, 3)
+    tlr = place_on_last_token(torch.tensor([10.0, 0.0, 1.0, 0.0]), mask)
+    ex = pg.PrefSort().examples(4)
+    ex = [ex[0].__class__(e.prompt, e.answer, e.solution, meta={"pref_group": g}) for e, g in zip(ex, "AABB")]
+    state = {}
+    adv, ret = est(tlr, mask, torch.tensor([0, 0, 1, 1]), ex, state)
+    assert set(state["p_grpo"]) == {"A", "B"} and state["p_grpo"]["A"]["n"] == 2
+    assert torch.allclose(adv[:, 0], torch.tensor([0.7071, -0.7071, 0.7071, -0.7071]), atol=1e-4)
+    assert torch.equal(ret[:, 2], torch.tensor([10.0, 0.0, 1.0, 0.0]))
+    bad = [e.__class__(e.prompt, e.answer, e.solution) for e in ex]
+    with pytest.raises(ValueError, match="pref_group"):
+        est(tlr, mask, torch.tensor([0, 0, 1, 1]), bad, {})
+
+
+def test_expected_gradient_scaling_exact_bandit():
+    # E[(r - c)/s * grad log pi] = grad E[r] / s for any constant c: pooled scale 1/sigma_mix
+    theta = torch.tensor([0.3, -0.2, 0.5], dtype=torch.float64, requires_grad=True)
+    r = torch.tensor([10.0, 0.0, 4.0], dtype=torch.float64)
+    pi = torch.softmax(theta, 0)
+    (g_true,) = torch.autograd.grad((pi * r).sum(), theta)
+    c, s = 7.0, 3.0
+    logp = torch.log_softmax(theta, 0)
+    jac = torch.stack([torch.autograd.grad(logp[a], theta, retain_graph=True)[0] for a in range(3)])
+    g_est = (pi.detach()[:, None] * ((r - c) / s)[:, None] * jac).sum(0)
+    assert torch.allclose(g_est, g_true / s, atol=1e-12)
+
+
+def test_prefsort_task_and_reward():
+    task = pg.PrefSort()
+    ex = task.examples(200, seed=0)
+    share = np.mean([e.meta["pref_group"] == "A" for e in ex])
+    assert 0.7 < share < 0.9
+    a = task.examples_of("A", 5)[0]
+    b = task.examples_of("B", 5)[0]
+    assert a.answer == "".join(sorted(a.prompt[2:-1])) and b.answer == "".join(sorted(b.prompt[2:-1]))[::-1]
+    assert task.score(a.answer, a).reward == 1.0 and task.score(a.answer[::-1], a).reward == 0.0
+    mix = pg.SortMix()
+    m = mix.examples(1, seed=0)[0]
+    assert mix.score(m.answer[::-1], m).reward == 1.0
+
+
+def test_trainer_runs_p_grpo_and_state_survives_checkpoint(tmp_path):
+    tok = build_tokenizer()
+    model = build_model(tok, rlcourse.profile("smoke"), seed=0)
+    cfg = dict(num_generations=2, prompts_per_step=4, max_completion_length=6, steps=2, progress=False,
+               train_pool_size=40, eval_prompts=4, reward="pg2_pref", advantage_estimator="p_grpo",
+               output_dir=str(tmp_path), save_every=2)
+    tr = Trainer(copy.deepcopy(model), tok, pg.PrefSort(), RLConfig(**cfg))
+    tr.train()
+    stats = copy.deepcopy(tr.state["p_grpo"])
+    assert sum(s["n"] for s in stats.values()) == 2 * 8
+    again = Trainer(copy.deepcopy(model), tok, pg.PrefSort(), RLConfig(**cfg), resume=True)
+    assert again.state["p_grpo"] == stats

@@ -1,0 +1,149 @@
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import rlcourse
+import rlcourse.methods.sgrpo as sg
+from rlcourse.advantages import compute_grpo_outcome_advantage, place_on_last_token
+from rlcourse.lm import build_model, build_tokenizer, response_logprobs, sample
+from rlcourse.losses import compute_policy_loss
+from rlcourse.tasks import Addition, Example, get_task
+from rlcourse.train import RLConfig, Trainer
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = build_tokenizer()
+    return build_model(tok, rlcourse.profile("smoke"), seed=0), tok
+
+
+def test_zero_variance_probability_monte_carlo():
+    rng = np.random.default_rng(0)
+    for p, G in [(0.05, 8), (0.3, 4), (0.5, 2), (0.9, 16)]:
+        draws = rng.random((200_000, G)) < p
+        sums = draws.sum(1)
+        mc = np.mean((sums == 0) | (sums == G))
+        exact = sg.zero_variance_probability(p, G)
+        assert abs(mc - exact) < 4 * math.sqrt(exact * (1 - exact) / 200_000) + 1e-4
+        assert abs(exact - (p**G + (1 - p) ** G)) < 1e-15
+    # a wrong formula (only all-fail) would fail at p = 0.9
+    assert sg.zero_variance_probability(0.9, 16) > 0.18
+    with pytest.raises(ValueError):
+        sg.zero_variance_probability(1.2, 4)
+
+
+@pytest.mark.parametrize("n", [4, 8, 9, 16])
+def test_injected_advantages_closed_forms(n):
+    r = torch.zeros(n)
+    r[-1] = 1.0
+    mask = torch.ones(n, 2)
+    adv, _ = compute_grpo_outcome_advantage(place_on_last_token(r, mask), mask, torch.zeros(n, dtype=torch.long),
+                                            epsilon=0.0)
+    a_star, a_fail = sg.injected_advantages(n, "sample")
+    assert abs(float(adv[-1, 0]) - a_star) < 1e-5 and abs(float(adv[0, 0]) - a_fail) < 1e-5
+    x = r.double().numpy()
+    pop = (x - x.mean()) / x.std()
+    a_star_p, a_fail_p = sg.injected_advantages(n, "pop")
+    assert abs(pop[-1] - a_star_p) < 1e-12 and abs(pop[0] - a_fail_p) < 1e-12
+    # the brief's append form, G = n - 1 samples + 1: pop std gives sqrt(G) and -1/sqrt(G)
+    assert abs(a_star_p - math.sqrt(n - 1)) < 1e-12
+
+
+def test_all_fail_groups():
+    r = torch.tensor([0, 0, 0, 1, 0, 0, 0, 0.0])
+    assert sg.all_fail_groups(r, 4).tolist() == [False, True]
+    with pytest.raises(ValueError, match="G=3"):
+        sg.all_fail_groups(r, 3)
+
+
+def _batch(tiny, prompts, G=2, T=3):
+    model, tok = tiny
+    return sample(model, tok, prompts, num_generations=G, max_new_tokens=T, temperature=0.8,
+                  generator=torch.Generator().manual_seed(0))
+
+
+def test_injection_recomputes_logprobs_and_pads(tiny):
+    model, tok = tiny
+    batch = _batch(tiny, ["12+34=", "5+6="], G=2, T=3)
+    demo = ["64|46", "11|11"]
+    new = sg.inject_demonstrations(model, tok, batch, [1, 3], demo)
+    assert new.response_len == 6 >= batch.response_len  # "64|46" + EOS
+    assert new.texts[1] == "64|46" and new.texts[0] == batch.texts[0]
+    assert new.response_mask[1].tolist() == [1.0] * 6 and not new.truncated[1]
+    with torch.no_grad():
+        lp = response_logprobs(model, new.input_ids, new.attention_mask, new.response_len, new.temperature)
+    m = new.response_mask
+    assert float(((lp - new.logprobs) * m).abs().max()) < 1e-5  # ratio exactly 1 on every row
+    assert tok.decode(new.response_ids[3][new.response_mask[3] == 1]).replace("<eos>", "") == "11|11"
+    assert torch.equal(batch.response_ids, _batch(tiny, ["12+34=", "5+6="], G=2, T=3).response_ids)  # not mutated
+    with pytest.raises(ValueError, match="distinct"):
+        sg.inject_demonstrations(model, tok, batch, [1, 1], demo)
+
+
+def test_gradient_is_weighted_sft_plus_unlikelihood(tiny):
+    """At ratio 1, the clipped loss's gradient on an injected group equals
+    -(1/n) [A* grad mean-logp(y*) + A_fail sum_i grad mean-logp(y_i)] (seq-mean-token-mean)."""
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    G = 4
+    batch = _batch((model, tok), ["12+34="], G=G, T=4)
+    batch = sg.inject_demonstrations(model, tok, batch, [G - 1], ["64|46"])
+    r = torch.tensor([0.0] * (G - 1) + [1.0])
+    mask = batch.response_mask
+    adv, _ = compute_grpo_outcome_advantage(place_on_last_token(r, mask), mask, batch.index, epsilon=0.0)
+    logp = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature)
+    loss, _ = compute_policy_loss(batch.logprobs, logp, adv, mask, loss_agg_mode="seq-mean-token-mean")
+    params = [p for p in model.parameters()]
+    g_loss = torch.autograd.grad(loss, params)
+    a_star, a_fail = sg.injected_advantages(G, "sample")
+    logp2 = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature)
+    seq_mean = (logp2 * mask).sum(1) / mask.sum(1)
+    manual = -(a_star * seq_mean[-1] + a_fail * seq_mean[:-1].sum()) / G
+    g_manual = torch.autograd.grad(manual, params)
+    for a, b in zip(g_loss, g_manual):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_sampler_in_trainer_injects_and_leaves_successful_groups(tiny):
+    model, tok = tiny
+    task = Addition()
+    pool = task.examples(20, seed=0)
+    cfg = RLConfig(num_generations=2, prompts_per_step=3, max_completion_length=8, steps=1, progress=False,
+                   sampler="s_grpo", eval_prompts=4)
+    tr = Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=pool)
+    with pytest.raises(ValueError, match="attach_references"):
+        tr.step()
+    tr2 = Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=pool)
+    sg.attach_references(tr2.state, task, pool)
+    m = tr2.step()
+    assert tr2.state["s_grpo"]["injected"] == [1.0]  # an untrained model fails everything
+    assert m["reward"] == pytest.approx(0.5)  # one demonstration (reward 1) in each group of 2
+    # a group with a success is left alone: patch the verifier to accept everything
+    class Lenient(Addition):
+        def score(self, completion, example):
+            return get_task("addition").score(example.solution, example)
+
+    tr3 = Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=pool)
+    sg.attach_references(tr3.state, Lenient(), pool)
+    gen = torch.Generator().manual_seed(5)
+    out = sg.s_grpo_sampler(tr3.model, tok, [e.prompt for e in pool[:3]], cfg, gen, tr3.state)
+    ref = sample(tr3.model, tok, [e.prompt for e in pool[:3]], num_generations=2, max_new_tokens=8,
+                 generator=torch.Generator().manual_seed(5))
+    assert out.texts == ref.texts and torch.equal(out.logprobs, ref.logprobs)
+    assert tr3.state["s_grpo"]["injected"] == [0.0]
+
+
+def test_attach_references_rejects_wrong_demonstrations():
+    bad = [Example("1+1=", "2", "3|3")]
+    with pytest.raises(ValueError, match="verifier"):
+        sg.attach_references({}, "addition", bad)
+
+
+def test_sortadd_task_scores_both_parts():
+    task = sg.SortAddition()
+    ex = task.examples(50, seed=0)
+    kinds = {("+" in e.prompt) for e in ex}
+    assert kinds == {True, False}
+    assert all(task.score(e.solution, e).reward == 1.0 for e in ex)
