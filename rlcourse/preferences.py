@@ -1,0 +1,371 @@
+"""Synthetic preferences on the addition task, Bradley-Terry reward models, and best-of-N over-optimisation.
+
+The chapter *Reward models* builds everything here. A *true* reward with graded quality scores a
+completion of the addition task by how far its final answer is from the sum; pairs of the base
+model's own samples are labelled by that reward through a Bradley-Terry coin (so labels are noisy the
+way human labels are); a reward model (:class:`~rlcourse.lm.heads.ScalarHeadModel`) is fitted with
+:func:`~rlcourse.train.train_reward_model`; then best-of-N selection by the learned (proxy) reward is
+compared with selection by the true reward.
+
+=============================  ===============================================================
+:func:`true_reward`            ``-log10(1 + |answer - sum|)``; malformed answers get the floor
+:func:`bt_preference_prob`     ``sigmoid(beta * (r_a - r_b))``, the Bradley-Terry model
+:func:`make_preference_pairs`  pairs within each prompt's samples, labelled by a Bradley-Terry coin
+:func:`pair_accuracy`          how often a reward model orders held-out pairs like the true reward
+:func:`best_of_n_curve`        expected proxy and true reward of best-of-N (unbiased, from n >= N)
+:func:`expected_max_normal`    ``E[max of N standard normals]`` by quadrature
+:func:`gaussian_best_of_n`     closed form of best-of-N under a Gaussian proxy
+=============================  ===============================================================
+"""
+from __future__ import annotations
+
+import time
+from math import comb, erf, pi, sqrt
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .lm.heads import ScalarHeadModel
+from .lm.sampling import sample
+from .lm.zoo import load_base_model
+from .profiles import Profile, profile as current_profile
+from .tasks import Example, get_task
+from .train import PreferencePair, reward_model_scores, train_reward_model
+
+MAX_ERROR = 999  # errors are capped here; a malformed answer counts as this error
+
+
+def parse_final_answer(completion: str) -> int | None:
+    """The integer after the last ``|`` of an addition completion, or ``None`` when there is none."""
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a string, got {type(completion).__name__}")
+    if "|" not in completion:
+        return None
+    tail = completion.rsplit("|", 1)[1].strip()
+    if not tail or not (tail.isdigit() or (tail[0] == "-" and tail[1:].isdigit())):
+        return None
+    return int(tail)
+
+
+def self_consistent(completion: str) -> bool:
+    """True when an addition completion is well formed and its scratchpad (the digits before ``|``)
+    reversed equals its final answer, e.g. ``231|132``; says nothing about whether the sum is right."""
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a string, got {type(completion).__name__}")
+    if completion.count("|") != 1:
+        return False
+    pad, answer = completion.split("|")
+    return answer.isdigit() and pad[::-1] == answer
+
+
+def true_reward(completion: str, example: Example, max_error: int = MAX_ERROR) -> float:
+    """Graded true reward of an addition completion: :math:`-\\log_{10}(1 + \\min(|\\hat s - s|, E))`.
+
+    0 for the right sum, about -0.3 for an error of 1, -1 for an error of 9, and the floor
+    :math:`-\\log_{10}(1 + E)` (-3 for ``max_error=999``) for a malformed answer.
+    """
+    if max_error < 1:
+        raise ValueError(f"max_error must be >= 1, got {max_error}")
+    try:
+        target = int(example.answer)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"example {example.prompt!r} has no integer answer: {example.answer!r}") from err
+    value = parse_final_answer(completion)
+    error = max_error if value is None else min(abs(value - target), max_error)
+    return -float(np.log10(1.0 + error))
+
+
+def true_rewards(completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
+    """:func:`true_reward` of each completion, ``(N,)`` float64; one example per completion."""
+    if len(completions) != len(examples):
+        raise ValueError(f"{len(completions)} completions but {len(examples)} examples")
+    return np.array([true_reward(c, e) for c, e in zip(completions, examples)], dtype=np.float64)
+
+
+def bt_preference_prob(r_a, r_b, beta: float = 1.0):
+    """Bradley-Terry probability that ``a`` is preferred to ``b``: :math:`\\sigma(\\beta (r_a - r_b))`.
+
+    ====== ====== ==========================================
+    r_a    ``(N,)`` reward of the first answer (array or float)
+    r_b    ``(N,)`` reward of the second answer, same shape
+    beta   scalar   inverse temperature (label noise: small beta, noisy labels)
+    ====== ====== ==========================================
+    """
+    r_a, r_b = np.asarray(r_a, dtype=float), np.asarray(r_b, dtype=float)
+    if r_a.shape != r_b.shape:
+        raise ValueError(f"r_a {r_a.shape} and r_b {r_b.shape} must have the same shape")
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    return 0.5 * (1.0 + np.tanh(0.5 * beta * (r_a - r_b)))  # = sigmoid, without overflow
+
+
+def make_preference_pairs(prompts: Sequence[str], texts: Sequence[Sequence[str]], rewards: np.ndarray,
+                          pairs_per_prompt: int, beta: float | None, rng: np.random.Generator):
+    """Preference pairs from ``G`` samples of each prompt, labelled by a Bradley-Terry coin.
+
+    For each prompt, up to ``pairs_per_prompt`` distinct pairs ``(i, j)`` of samples whose true rewards
+    differ are drawn; ``i`` is labelled *chosen* with probability ``sigmoid(beta * (r_i - r_j))``
+    (``beta=None``: always the one with the higher true reward). Pairs with equal true rewards are
+    skipped: a labeller would flip a fair coin, and they carry no information about the reward.
+
+    ======== ========== ==========================================
+    prompts  ``P``      prompt strings
+    texts    ``P x G``  the ``G`` sampled completions of each prompt
+    rewards  ``(P, G)`` their true rewards
+    returns  list of :class:`~rlcourse.train.PreferencePair` and ``(M,)`` bool: label agrees with
+             the true reward
+    ======== ========== ==========================================
+    """
+    rewards = np.asarray(rewards, dtype=float)
+    if rewards.ndim != 2 or rewards.shape[0] != len(prompts) or any(len(t) != rewards.shape[1] for t in texts) \
+            or len(texts) != len(prompts):
+        raise ValueError(f"rewards {rewards.shape} must be (P, G) for {len(prompts)} prompts with G texts each")
+    if pairs_per_prompt < 1:
+        raise ValueError(f"pairs_per_prompt must be >= 1, got {pairs_per_prompt}")
+    if beta is not None and not beta > 0:
+        raise ValueError(f"beta must be > 0 or None, got {beta}")
+    G = rewards.shape[1]
+    all_pairs = [(i, j) for i in range(G) for j in range(i + 1, G)]
+    pairs, agrees = [], []
+    for p, prompt in enumerate(prompts):
+        usable = [(i, j) for i, j in all_pairs if rewards[p, i] != rewards[p, j]]
+        if not usable:
+            continue
+        for s in rng.permutation(len(usable))[:pairs_per_prompt]:
+            i, j = usable[int(s)]
+            if rng.random() < 0.5:  # random order, so the label is not tied to the sample index
+                i, j = j, i
+            p_i = 1.0 if beta is None else float(bt_preference_prob(rewards[p, i], rewards[p, j], beta))
+            i_wins = (rewards[p, i] > rewards[p, j]) if beta is None else rng.random() < p_i
+            c, r = (i, j) if i_wins else (j, i)
+            pairs.append(PreferencePair(prompt, texts[p][c], texts[p][r]))
+            agrees.append(rewards[p, c] > rewards[p, r])
+    return pairs, np.array(agrees, dtype=bool)
+
+
+@torch.no_grad()
+def score_completions(reward_model: ScalarHeadModel, tokenizer, prompts: Sequence[str], completions: Sequence[str],
+                      batch_size: int = 512) -> np.ndarray:
+    """Reward-model scores ``(N,)`` (float64) of many completions, in batches, without gradient."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    out = [reward_model_scores(reward_model, tokenizer, prompts[i:i + batch_size], completions[i:i + batch_size])
+           for i in range(0, len(prompts), batch_size)]
+    return torch.cat(out).double().numpy()
+
+
+def pair_accuracy(reward_model: ScalarHeadModel, tokenizer, prompts: Sequence[str], texts: Sequence[Sequence[str]],
+                  rewards: np.ndarray, proxy: np.ndarray | None = None) -> float:
+    """Fraction of all within-prompt pairs with different true rewards that the reward model orders
+    the same way (a tie in the model's scores counts one half).
+
+    ======= ========== ============================================
+    texts   ``P x G``  completions of each prompt
+    rewards ``(P, G)`` true rewards
+    proxy   ``(P, G)`` reward-model scores, if already computed
+    ======= ========== ============================================
+    """
+    rewards = np.asarray(rewards, dtype=float)
+    if proxy is None:
+        flat = score_completions(reward_model, tokenizer, [p for p, t in zip(prompts, texts) for _ in t],
+                                 [c for t in texts for c in t])
+        proxy = flat.reshape(rewards.shape)
+    proxy = np.asarray(proxy, dtype=float)
+    if proxy.shape != rewards.shape:
+        raise ValueError(f"proxy {proxy.shape} and rewards {rewards.shape} must have the same shape")
+    dr = np.sign(rewards[:, :, None] - rewards[:, None, :])
+    dp = np.sign(proxy[:, :, None] - proxy[:, None, :])
+    usable = dr > 0
+    if not usable.any():
+        raise ValueError("no pair with different true rewards: accuracy is undefined")
+    return float(((dp[usable] > 0) + 0.5 * (dp[usable] == 0)).mean())
+
+
+def best_of_n_weights(n: int, k: int) -> np.ndarray:
+    """Probability that the ``i``-th highest of ``n`` samples (0-based) is the highest of a uniformly
+    random ``k``-subset: :math:`\\binom{n-1-i}{k-1} / \\binom{n}{k}`, shape ``(n,)``."""
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    return np.array([comb(n - 1 - i, k - 1) for i in range(n)], dtype=float) / comb(n, k)
+
+
+def best_of_n_curve(proxy: np.ndarray, true: np.ndarray, Ns: Sequence[int]) -> dict:
+    """Expected proxy and true reward of best-of-N selection by the proxy, for each ``N`` in ``Ns``,
+    estimated without bias from ``n >= max(Ns)`` samples per prompt (the best-of-k estimator of
+    :func:`rlcourse.metrics.best_of_k`, averaged over prompts), and the same for selection by the
+    true reward (the oracle).
+
+    ======= ========== ====================================================
+    proxy   ``(P, n)`` proxy (reward-model) score of each sample
+    true    ``(P, n)`` true reward of each sample
+    returns dict of ``(len(Ns),)`` arrays: ``proxy`` (proxy of the proxy-selected sample), ``true``
+            (its true reward), ``oracle`` (true reward of the true-selected sample)
+    ======= ========== ====================================================
+    """
+    proxy, true = np.asarray(proxy, dtype=float), np.asarray(true, dtype=float)
+    if proxy.shape != true.shape or proxy.ndim != 2:
+        raise ValueError(f"proxy {proxy.shape} and true {true.shape} must be the same (P, n) shape")
+    n = proxy.shape[1]
+    if not all(1 <= int(N) <= n for N in Ns):
+        raise ValueError(f"every N must be in [1, n={n}], got {list(Ns)}")
+    order = np.argsort(-proxy, axis=1, kind="stable")
+    p_sorted = np.take_along_axis(proxy, order, 1)
+    t_by_proxy = np.take_along_axis(true, order, 1)
+    t_sorted = -np.sort(-true, axis=1)
+    out = {"proxy": [], "true": [], "oracle": []}
+    for N in Ns:
+        w = best_of_n_weights(n, int(N))
+        out["proxy"].append(float((p_sorted @ w).mean()))
+        out["true"].append(float((t_by_proxy @ w).mean()))
+        out["oracle"].append(float((t_sorted @ w).mean()))
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _phi(x: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * x * x) / sqrt(2 * pi)
+
+
+def _Phi(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(erf)(x / sqrt(2.0)))
+
+
+def expected_max_normal(N: int, grid: int = 20001, lim: float = 12.0) -> float:
+    """:math:`e_N = \\mathbb{E}[\\max(Z_1..Z_N)] = \\int x\\, N \\varphi(x) \\Phi(x)^{N-1} dx` for iid
+    standard normals, by the trapezoidal rule on ``[-lim, lim]`` (error far below 1e-8 for N <= 10^4)."""
+    if not isinstance(N, (int, np.integer)) or N < 1:
+        raise ValueError(f"N must be a positive integer, got {N!r}")
+    x = np.linspace(-lim, lim, grid)
+    f = x * N * _phi(x) * _Phi(x) ** (N - 1)
+    return float(np.trapezoid(f, x) if hasattr(np, "trapezoid") else np.trapz(f, x))
+
+
+def gaussian_best_of_n(N: int, sigma: float) -> dict:
+    """Best-of-N under the Gaussian proxy model :math:`R \\sim N(0,1)`, :math:`S = R + \\varepsilon`,
+    :math:`\\varepsilon \\sim N(0, \\sigma^2)` independent: the expected proxy score of the selected
+    sample, :math:`\\sqrt{1+\\sigma^2}\\, e_N`, its expected true reward, :math:`e_N / \\sqrt{1+\\sigma^2}`,
+    and the gap :math:`e_N \\sigma^2 / \\sqrt{1+\\sigma^2}`."""
+    if sigma < 0:
+        raise ValueError(f"sigma must be >= 0, got {sigma}")
+    e = expected_max_normal(N)
+    s = sqrt(1.0 + sigma**2)
+    return {"proxy": s * e, "true": e / s, "gap": e * sigma**2 / s, "e_N": e}
+
+
+def best_of_n_monte_carlo(N: int, n_trials: int, rng: np.random.Generator, sigma: float = 1.0,
+                          noise: str = "normal", df: float = 2.0) -> dict:
+    """Monte Carlo of best-of-N with :math:`R \\sim N(0,1)` and proxy :math:`S = R + \\sigma\\varepsilon`,
+    :math:`\\varepsilon` standard normal (``noise="normal"``) or Student-t with ``df`` degrees of
+    freedom (``noise="t"``, heavy tails). Returns the mean proxy and true reward of the selected sample
+    and their standard errors."""
+    if noise not in ("normal", "t"):
+        raise ValueError(f"noise must be 'normal' or 't', got {noise!r}")
+    if N < 1 or n_trials < 2:
+        raise ValueError(f"need N >= 1 and n_trials >= 2, got {N}, {n_trials}")
+    R = rng.standard_normal((n_trials, N))
+    eps = rng.standard_normal((n_trials, N)) if noise == "normal" else rng.standard_t(df, (n_trials, N))
+    S = R + sigma * eps
+    pick = S.argmax(1)
+    s_sel, r_sel = S[np.arange(n_trials), pick], R[np.arange(n_trials), pick]
+    return {"proxy": float(s_sel.mean()), "true": float(r_sel.mean()),
+            "proxy_se": float(s_sel.std() / sqrt(n_trials)), "true_se": float(r_sel.std() / sqrt(n_trials))}
+
+
+# ---------------------------------------------------------------------- the experiment
+def sample_groups(model, tokenizer, examples: Sequence[Example], n: int, max_new_tokens: int, temperature: float,
+                  generator: torch.Generator, chunk: int = 64):
+    """``n`` samples for each example: returns ``texts`` (``P x n`` list) and true rewards ``(P, n)``."""
+    texts: list[list[str]] = []
+    for s in range(0, len(examples), chunk):
+        part = list(examples[s:s + chunk])
+        batch = sample(model, tokenizer, [e.prompt for e in part], num_generations=n, max_new_tokens=max_new_tokens,
+                       temperature=temperature, generator=generator)
+        texts += [batch.texts[i * n:(i + 1) * n] for i in range(len(part))]
+    rewards = np.array([[true_reward(c, e) for c in t] for t, e in zip(texts, examples)])
+    return texts, rewards
+
+
+def experiment_sizes(prof: Profile) -> dict:
+    """The experiment's sizes for a profile."""
+    return prof.pick(
+        smoke=dict(train_prompts=16, train_samples=4, pairs_per_prompt=4, rm_steps=4, rm_batch=16, rm_lr=1e-3,
+                   test_prompts=4, test_samples=8, Ns=[1, 2, 4, 8], seeds=[0], beta=4.0, temperature=1.0,
+                   max_new_tokens=10),
+        book=dict(train_prompts=400, train_samples=8, pairs_per_prompt=8, rm_steps=300, rm_batch=32, rm_lr=3e-4,
+                  test_prompts=48, test_samples=64, Ns=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], seeds=[0, 1, 2],
+                  beta=4.0, temperature=1.0, max_new_tokens=10),
+    )
+
+
+def run_reward_model_experiment(prof: Profile | None = None) -> dict:
+    """Train a Bradley-Terry reward model on synthetic preferences over the addition base model's
+    samples, then run best-of-N by the learned reward against the true reward, for several seeds.
+
+    Returns the sizes, and per seed (arrays stacked over seeds): ``rm_loss`` (training curve),
+    ``pair_acc`` (held-out pair accuracy), ``label_agreement`` (how often the noisy labels agreed with
+    the true reward), the best-of-N curves ``proxy`` (in true-reward units: score / beta), ``true``,
+    ``oracle`` and ``acc_proxy`` / ``acc_oracle`` (fraction correct of the selected answer), the base
+    model's mean true reward and the number of pairs.
+    """
+    prof = prof or current_profile()
+    cfg = experiment_sizes(prof)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny networks: one thread is faster than two on a loaded machine
+    t0 = time.perf_counter()
+    try:
+        base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
+        task = get_task("addition")
+        test = task.examples(cfg["test_prompts"], seed=1000, split="test")
+        Ns = cfg["Ns"]
+        res = {k: [] for k in ("rm_loss", "rm_train_acc", "pair_acc", "label_agreement", "proxy", "true", "oracle",
+                               "acc_proxy", "acc_oracle", "n_pairs", "base_true", "base_acc", "proxy_offset_std",
+                               "top_malformed", "base_malformed", "top_consistent", "base_consistent",
+                               "top_picks")}
+        for seed in cfg["seeds"]:
+            gen = torch.Generator().manual_seed(10_000 + seed)
+            rng = np.random.default_rng(seed)
+            train = task.examples(cfg["train_prompts"], seed=100 + seed, split="train")
+            texts, rewards = sample_groups(base, tok, train, cfg["train_samples"], cfg["max_new_tokens"],
+                                           cfg["temperature"], gen)
+            pairs, agrees = make_preference_pairs([e.prompt for e in train], texts, rewards, cfg["pairs_per_prompt"],
+                                                  cfg["beta"], rng)
+            torch.manual_seed(seed)
+            rm = ScalarHeadModel.from_policy(base)
+            log = train_reward_model(rm, tok, pairs, steps=cfg["rm_steps"], batch_size=cfg["rm_batch"],
+                                     lr=cfg["rm_lr"], seed=seed)
+            t_texts, t_rewards = sample_groups(base, tok, test, cfg["test_samples"], cfg["max_new_tokens"],
+                                               cfg["temperature"], gen)
+            flat = score_completions(rm, tok, [e.prompt for e, t in zip(test, t_texts) for _ in t],
+                                     [c for t in t_texts for c in t])
+            proxy = flat.reshape(t_rewards.shape) / cfg["beta"]  # the RM estimates beta * r + c(x)
+            curve = best_of_n_curve(proxy, t_rewards, Ns)
+            acc = best_of_n_curve(proxy, (t_rewards == 0).astype(float), Ns)
+            res["rm_loss"].append([h["loss"] for h in log])
+            res["rm_train_acc"].append([h["accuracy"] for h in log])
+            res["pair_acc"].append(pair_accuracy(rm, tok, [e.prompt for e in test], t_texts, t_rewards, proxy))
+            res["label_agreement"].append(float(agrees.mean()))
+            res["proxy"].append(curve["proxy"])
+            res["true"].append(curve["true"])
+            res["oracle"].append(curve["oracle"])
+            res["acc_proxy"].append(acc["true"])
+            res["acc_oracle"].append(acc["oracle"])
+            res["n_pairs"].append(len(pairs))
+            res["base_true"].append(float(t_rewards.mean()))
+            res["base_acc"].append(float((t_rewards == 0).mean()))
+            # the per-prompt offset c(x) that Bradley-Terry cannot pin down: spread of per-prompt means
+            res["proxy_offset_std"].append(float(proxy.mean(1).std()))
+            # what the reward model likes best among all n samples of a prompt
+            top = proxy.argmax(1)
+            floor = true_reward("", test[0])
+            res["top_malformed"].append(float((t_rewards[np.arange(len(test)), top] == floor).mean()))
+            res["base_malformed"].append(float((t_rewards == floor).mean()))
+            consistent = np.array([[self_consistent(c) for c in t] for t in t_texts])
+            res["top_consistent"].append(float(consistent[np.arange(len(test)), top].mean()))
+            res["base_consistent"].append(float(consistent.mean()))
+            res["top_picks"].append([(e.prompt, e.answer, t_texts[i][top[i]], float(t_rewards[i, top[i]]))
+                                     for i, e in enumerate(test[:8])])
+        out = {k: (np.array(v) if k != "top_picks" else v) for k, v in res.items()}
+        out.update(Ns=np.array(Ns), config=cfg, profile=prof.name, seconds=time.perf_counter() - t0)
+        return out
+    finally:
+        torch.set_num_threads(threads)
