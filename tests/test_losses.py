@@ -6,7 +6,15 @@ import torch
 from rlcourse.losses import (agg_denominators, agg_loss, bradley_terry_loss, compute_pg_loss, compute_policy_loss,
                              compute_value_loss, get_policy_loss, kl_penalty)
 
-torch.set_default_dtype(torch.float64)
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    """These checks compare against closed forms in double precision; restore the default after."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def categorical(seed=0, V=6):
