@@ -12,7 +12,6 @@ with the four estimators of :func:`rlcourse.losses.kl_penalty`). All tensors are
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import time
 
@@ -20,23 +19,11 @@ import numpy as np
 import torch
 
 from .losses import kl_penalty
-from .profiles import Profile, profile as current_profile
+from .profiles import Profile, one_torch_thread, profile as current_profile
 
 DTYPE = torch.float64
 BASELINES = ("none", "batch_mean", "loo", "optimal", "value")
 KL_PLACEMENTS = ("k1-reward", "k1-loss", "k2-loss", "k3-loss", "k3+-loss")
-
-
-@contextlib.contextmanager
-def one_torch_thread():
-    """Run a block with one torch thread, then restore the previous setting (tiny tensors run
-    faster on one thread, above all on a shared CPU)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------- checks

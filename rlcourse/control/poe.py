@@ -11,7 +11,6 @@ exactly: nothing is broadcast silently.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from typing import Callable
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..profiles import Profile, profile as current_profile
+from ..profiles import Profile, one_torch_thread, profile as current_profile
 from . import nav2d
 from .offline import build_dataset, load_d4rl_hdf5, save_d4rl_hdf5
 
@@ -179,19 +178,6 @@ def compose(rule: str, mu_a, var_a, mu_g, var_g, alpha: float = 0.0) -> tuple[np
 # --------------------------------------------------------------------------------------------
 # Gaussian policies and behaviour cloning
 # --------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def one_torch_thread():
-    """Run a block with one torch thread, then restore the setting. The networks here are tiny:
-    one thread is faster than two, and on a shared, loaded CPU it avoids threads spinning against
-    each other (which we measured to slow small matrix products by more than 100x)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class GaussianMLP(nn.Module):
