@@ -29,7 +29,7 @@ import torch
 from .lm.heads import ScalarHeadModel
 from .lm.sampling import sample
 from .lm.zoo import load_base_model
-from .profiles import Profile, profile as current_profile
+from .profiles import Profile, profile as current_profile, one_torch_thread
 from .tasks import Example, get_task
 from .train import PreferencePair, reward_model_scores, train_reward_model
 
@@ -309,10 +309,8 @@ def run_reward_model_experiment(prof: Profile | None = None) -> dict:
     """
     prof = prof or current_profile()
     cfg = experiment_sizes(prof)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny networks: one thread is faster than two on a loaded machine
     t0 = time.perf_counter()
-    try:
+    with one_torch_thread():
         base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
         task = get_task("addition")
         test = task.examples(cfg["test_prompts"], seed=1000, split="test")
@@ -367,5 +365,3 @@ def run_reward_model_experiment(prof: Profile | None = None) -> dict:
         out = {k: (np.array(v) if k != "top_picks" else v) for k, v in res.items()}
         out.update(Ns=np.array(Ns), config=cfg, profile=prof.name, seconds=time.perf_counter() - t0)
         return out
-    finally:
-        torch.set_num_threads(threads)

@@ -25,7 +25,7 @@ from .lm.sampling import sample
 from .lm.zoo import greedy_accuracy, load_base_model
 from .metrics import best_of_k, maj_at_k, pass_at_k
 from .preferences import parse_final_answer, true_reward
-from .profiles import Profile, profile as current_profile
+from .profiles import Profile, profile as current_profile, one_torch_thread
 from .tasks import Example, get_task
 from .train import RLConfig, Trainer
 
@@ -216,10 +216,8 @@ def run_test_time_experiment(prof: Profile | None = None) -> dict:
     """
     prof = prof or current_profile()
     cfg = experiment_sizes(prof)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny networks: one thread is faster than two on a loaded machine
     t0 = time.perf_counter()
-    try:
+    with one_torch_thread():
         base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
         task = get_task("addition")
         test = task.examples(cfg["eval_prompts"], seed=2000, split="test")
@@ -247,5 +245,3 @@ def run_test_time_experiment(prof: Profile | None = None) -> dict:
             out["rl_correct"].append(ev_rl["correct"])
         out["seconds"] = time.perf_counter() - t0
         return out
-    finally:
-        torch.set_num_threads(threads)

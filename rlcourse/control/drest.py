@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..profiles import Profile, seed_everything
+from ..profiles import Profile, seed_everything, one_torch_thread
 from ..rewards.drest import drest_weights, length_distribution, neutrality, usefulness
 from .agents import ActorCritic, AgentConfig, Batch, a2c_update, gae_advantages, ppo_update
 from .gridworld import GridConfig, VecShutdownGrid, length_class, max_coins_by_length
@@ -105,12 +105,8 @@ def train_agent(reward: str, algo: str, *, updates: int, meta_episodes: int, E: 
         raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
     grid = grid or GridConfig()
     cfg = replace(agent_cfg or AgentConfig(), algo=algo)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is many times faster than two
-    try:
+    with one_torch_thread():
         return _train(reward, cfg, updates, meta_episodes, E, lam, seed, grid, eval_every, eval_episodes)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(reward, cfg, updates, meta_episodes, E, lam, seed, grid, eval_every, eval_episodes) -> dict:

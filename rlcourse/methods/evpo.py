@@ -18,7 +18,7 @@ import torch
 
 from ..advantages import compute_gae_advantage_return, compute_grpo_outcome_advantage, register_estimator
 from ..ops import check_finite, check_same_shape, masked_var
-from ..profiles import Profile
+from ..profiles import Profile, one_torch_thread
 
 __all__ = ["explained_variance_batch", "kalman_variance", "kalman_gain", "reward_to_go", "evpo_advantage",
            "run_evpo_bandit", "run_evpo_experiment"]
@@ -257,16 +257,12 @@ def run_evpo_experiment(prof: Profile) -> dict:
     cfg = dict(steps=prof.pick(smoke=30, book=200, full=400), n_prompts=200, n_answers=10, prompts_per_step=64,
                group_size=4, lr=0.1, critic_lr=0.1, critic_init_std=0.5)
     seeds = prof.pick(smoke=2, book=8, full=32)
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         runs = {}
         for critic in ("informative", "noise"):
             for method in ("ppo", "grpo", "evpo"):
                 logs = [run_evpo_bandit(method, critic, seed=s, **cfg) for s in range(seeds)]
                 runs[(critic, method)] = {k: np.stack([lg[k] for lg in logs]) for k in logs[0]}
-    finally:
-        torch.set_num_threads(prev)
     tail = max(1, cfg["steps"] // 10)
     summary = {key: {"final_reward": float(r["reward"][:, -tail:].mean()),
                      "final_reward_se": float(r["reward"][:, -tail:].mean(1).std(ddof=1) / np.sqrt(seeds))

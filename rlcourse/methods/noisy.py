@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..rewards import get_reward, register_reward
+from ..profiles import one_torch_thread
 
 NOISE_MODES = ("sample", "group")
 _NV_TAG = 17_2604  # separates the noise streams from every other use of the run's seed
@@ -318,9 +319,7 @@ def _nv_run(job: dict) -> dict:
     from ..tasks import get_task
     from ..train import RLConfig, Trainer
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         t0 = time.perf_counter()
         prof = profile(job["profile"])
         model, tok = load_base_model(job["task"], job["strength"], prof=prof, progress=False)
@@ -335,8 +334,6 @@ def _nv_run(job: dict) -> dict:
         return {"accuracy": trainer.evaluate(), "true_reward": list(log["true_reward"]),
                 "observed_reward": list(log["observed_reward"]), "error_rate": list(log["error_rate"]),
                 "seconds": time.perf_counter() - t0}
-    finally:
-        torch.set_num_threads(threads)
 
 
 def run_noisy_experiment(prof) -> dict:
@@ -366,14 +363,10 @@ def run_noisy_experiment(prof) -> dict:
                 steps=prof.pick(smoke=2, book=50, full=200), G=prof.num_generations,
                 prompts=prof.rl_prompts, lr=1e-4, max_len=10, eval_prompts=prof.eval_prompts, eval_seed=1234)
     t0 = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:  # build (or load) the base model once, before any worker needs it
+    with one_torch_thread():  # build (or load) the base model once, before any worker needs it
         model, tok = load_base_model("addition", "medium", prof=prof, progress=False)
         eval_examples = get_task("addition").examples(base["eval_prompts"], seed=base["eval_seed"], split="test")
         base_acc = greedy_accuracy(model, tok, "addition", eval_examples, max_new_tokens=base["max_len"])
-    finally:
-        torch.set_num_threads(threads)
     jobs = {}
     for seed in seeds:
         jobs[("clean", 0.0, seed)] = dict(base, rho0=0.0, rho1=0.0, seed=seed)

@@ -26,7 +26,7 @@ import torch
 from ..advantages import outcome_scores, register_estimator
 from ..lm.model import position_ids_from_mask
 from ..ops import as_index, check_finite, check_same_shape
-from ..profiles import Profile
+from ..profiles import Profile, one_torch_thread
 from ..rollout import policy_sampler, register_sampler
 
 __all__ = ["sum_pi_sq_from_logits", "logit_grad_energy", "otb_advantage", "otb_policy_sampler",
@@ -310,9 +310,7 @@ def run_otb_experiment(prof: Profile) -> dict:
        OTB at G = 4, same prompts per step: reward per step, tokens generated, final greedy accuracy.
     """
     from ..lm import load_base_model, sample
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         env = TabularAR(max_len=5, seed=0)
         n_groups = prof.pick(smoke=400, book=4000, full=20000)
         variance = {}
@@ -341,8 +339,6 @@ def run_otb_experiment(prof: Profile) -> dict:
         curves = {}
         for name, est, G in [("grpo-4", "dr_grpo", 4), ("otb-4", "otb", 4), ("grpo-16", "dr_grpo", 16)]:
             curves[name] = _lm_curve(base_model, tok, est, G, steps, prompts_per_step, 1e-4, 0, eval_prompts)
-    finally:
-        torch.set_num_threads(prev)
     return {"variance": variance, "proxy": proxy_stats, "curves": curves,
             "config": {"n_groups": n_groups, "steps": steps, "prompts_per_step": prompts_per_step,
                        "tabular_params": env.score.shape[-1], "tabular_responses": len(env.seqs)}}

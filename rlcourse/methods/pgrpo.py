@@ -39,6 +39,7 @@ from ..lm.model import response_logprobs
 from ..ops import as_index
 from ..rewards import register_reward
 from ..tasks import Example, Score, Task, register_task
+from ..profiles import one_torch_thread
 
 STATE_KEY = "p_grpo"
 
@@ -350,10 +351,8 @@ def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
     every = prof.pick(smoke=1, book=5, full=10)
     n_eval = prof.pick(smoke=16, book=128, full=256)
     target = 0.8
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
-    try:
+    with one_torch_thread():
         base, tok = load_base_model("pg2_sortmix", strength=0.9, prof=prof, progress=progress)
         task = PrefSort()
         held = {tag: task.examples_of(tag, n_eval) for tag in "AB"}
@@ -379,8 +378,6 @@ def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
                 for tag in "AB":
                     curves[arm][tag].append(row[tag])
                 zero_std[arm].append([h["frac_zero_std_groups"] for h in tr.history])
-    finally:
-        torch.set_num_threads(old_threads)
     curves = {arm: {tag: np.asarray(v) for tag, v in c.items()} for arm, c in curves.items()}
 
     def first_reach(row):

@@ -32,6 +32,7 @@ from ..lm.model import response_logprobs
 from ..lm.sampling import RolloutBatch
 from ..rollout import policy_sampler, register_sampler
 from ..tasks import Addition, Example, Sort, Task, get_task, register_task
+from ..profiles import one_torch_thread
 
 STATE_KEY = "s_grpo"
 
@@ -215,10 +216,8 @@ def run_sgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
     n_eval = prof.pick(smoke=16, book=128, full=512)
     G, n_prompts = prof.pick(smoke=2, book=8, full=8), prof.pick(smoke=4, book=16, full=32)
     lr = prof.pick(smoke=1e-4, book=3e-4, full=3e-4)
-    old_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
-    try:
+    with one_torch_thread():
         base, tok = load_base_model("sg_sortadd", strength=0.46, prof=prof, progress=progress)
         add = Addition()
         held = {"addition": add.examples(n_eval, seed=0, split="test"),
@@ -262,8 +261,6 @@ def run_sgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
                         injected.append(list(tr.state[STATE_KEY]["injected"]))
                 for k in row:
                     curves[arm][k].append(row[k])
-    finally:
-        torch.set_num_threads(old_threads)
     curves = {arm: {k: np.asarray(v) for k, v in c.items()} for arm, c in curves.items()}
     return {
         "steps": eval_steps,
