@@ -162,6 +162,11 @@ class Trainer:
     ``output_dir``). With ``output_dir`` and ``save_every``, checkpoints are written there, and
     ``Trainer(..., resume=True)`` continues from the last one exactly (the same weights at step n
     as an uninterrupted run).
+
+    Besides the learning metrics, each step logs the wall-clock seconds of its stages
+    (``time_rollout``, ``time_reward``, ``time_reference``, ``time_update``, and ``step_seconds`` in
+    all) and the tokens it processed (``prompt_tokens``, ``response_tokens``), which is what a model
+    of the RL system's throughput (:mod:`rlcourse.systems`) needs as input.
     """
 
     def __init__(self, model, tokenizer, task: Task | str, config: RLConfig | None = None, *,
@@ -216,19 +221,21 @@ class Trainer:
         examples = self.prompt_sampler(self.train_pool, cfg.prompts_per_step, self.generator, self.state)
         batch: RolloutBatch = self.sampler(self.model, self.tokenizer, [e.prompt for e in examples], cfg,
                                            self.generator, self.state)
+        t_rollout = time.perf_counter()
         per_row = [examples[int(i)] for i in batch.index]
         scores = self.reward_fn(batch, per_row, self.task, self.state)
         scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
         if scores.shape[0] != len(batch):
             raise ValueError(f"step {k}: the reward returned {scores.shape[0]} scores for {len(batch)} rows")
         self._check(k, "rewards", scores)
-        t_sample = time.perf_counter() - t0
+        t_reward = time.perf_counter()
 
         mask = batch.response_mask
         old_logprobs = batch.logprobs
         with torch.no_grad():
             ref_logprobs = None if self.ref_model is None else response_logprobs(
                 self.ref_model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature)
+            t_reference = time.perf_counter()
             values = None if self.value_model is None else self.value_model.response_values(
                 batch.input_ids, batch.attention_mask, batch.response_len) * mask
         token_level_rewards = place_on_last_token(scores, mask)
@@ -245,7 +252,9 @@ class Trainer:
             advantages = masked_whiten(advantages, mask) * mask
         self._check(k, "advantages", advantages)
 
+        t_update = time.perf_counter()
         metrics = self._update(k, batch, old_logprobs, ref_logprobs, advantages, returns, values)
+        t_end = time.perf_counter()
         metrics["learning_rate"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.step_count = k
@@ -258,8 +267,15 @@ class Trainer:
             "response_length": float(batch.lengths.float().mean()),
             "truncated": float(batch.truncated.float().mean()),
             "advantage_std": float(advantages[mask == 1].std()) if mask.sum() > 1 else 0.0,
-            "sample_seconds": t_sample,
-            "step_seconds": time.perf_counter() - t0,
+            # wall-clock seconds per stage (values and advantages fall between reference and update)
+            "time_rollout": t_rollout - t0,
+            "time_reward": t_reward - t_rollout,
+            "time_reference": t_reference - t_reward,
+            "time_update": t_end - t_update,
+            "sample_seconds": t_reward - t0,
+            "step_seconds": t_end - t0,
+            "response_tokens": int(mask.sum()),
+            "prompt_tokens": int(batch.prompt_mask.sum()),
         })
         if values is not None:
             metrics["explained_variance"] = explained_variance(values, returns, mask)
