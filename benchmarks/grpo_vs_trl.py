@@ -85,9 +85,11 @@ def main() -> int:
     our_step = statistics.median([m["step_seconds"] for m in hist[args.warmup:]])
 
     ratio = our_step / trl_step
+    stages = {key: statistics.median([m[key] for m in hist[args.warmup:]]) for key in ("time_rollout", "time_update")}
     print(f"TRL {trl.__version__} GRPOTrainer: {trl_step:.3f} s/step; rlcourse Trainer: {our_step:.3f} s/step "
           f"({args.prompts} prompts x {args.generations} samples, <= {args.max_completion_length} new tokens, "
           f"median of {args.steps} steps after {args.warmup} warm-up)")
+    print(f"rlcourse stages (median s): rollout {stages['time_rollout']:.3f}, update {stages['time_update']:.3f}")
     print(f"ratio rlcourse / TRL = {ratio:.2f}; target <= 0.5: {'MET' if ratio <= 0.5 else 'MISSED'}")
     return 0 if ratio <= 0.5 else 1
 

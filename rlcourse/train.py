@@ -195,13 +195,14 @@ class Trainer:
         self.value_model = value_model
         if needs_values(self.estimator) and self.value_model is None:
             self.value_model = ScalarHeadModel.from_policy(model)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+        # fused AdamW (one kernel for all parameters), as transformers' Trainer does by default
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0, fused=True)
         decay = (lambda step: max(0.0, 1.0 - step / max(1, cfg.steps))) if cfg.lr_scheduler == "linear" \
             else (lambda step: 1.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, decay)
         self.critic_optimizer = None
         if self.value_model is not None:
-            self.critic_optimizer = torch.optim.AdamW(self.value_model.parameters(), weight_decay=0.0,
+            self.critic_optimizer = torch.optim.AdamW(self.value_model.parameters(), weight_decay=0.0, fused=True,
                                                       lr=cfg.critic_learning_rate or cfg.learning_rate)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.state: dict = {}  # memory of stateful parts (prompt samplers, estimators, rewards)

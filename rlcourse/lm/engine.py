@@ -1,0 +1,138 @@
+"""A lean decoding engine for the tiny Llama: the same weights and the same numbers, less overhead.
+
+RL systems sample with an inference engine (vLLM, SGLang) and train with another (FSDP, DeepSpeed);
+the two read the same weights and must agree on the log-probabilities, or the "on-policy" update is
+quietly off-policy. This module is rlcourse's inference engine in miniature. It reads the
+parameters of a ``transformers`` ``LlamaForCausalLM`` in place (nothing is copied, so it always
+sees the current weights), keeps the keys and values of every layer in one preallocated cache, and
+runs a forward pass as a dozen tensor operations. For a model of a few hundred thousand parameters
+the work per decode step is tiny and Python overhead dominates; skipping the general machinery of
+``LlamaForCausalLM.forward`` (cache objects, mask builders, output classes) makes sampling several
+times faster. ``tests/test_engine.py`` checks that its logits equal the reference implementation's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import LlamaForCausalLM
+
+
+def lean_engine_supports(model: torch.nn.Module) -> bool:
+    """True for a ``LlamaForCausalLM`` with the default rotary embedding (what :func:`build_model` makes)."""
+    if not isinstance(model, LlamaForCausalLM):
+        return False
+    rotary = model.model.rotary_emb
+    return getattr(rotary, "rope_type", "default") == "default" and not model.config.attention_dropout
+
+
+@dataclass
+class KVCache:
+    """Keys and values of every layer, preallocated for the whole rollout.
+
+    ======== ================= ================================================
+    keys     ``n_layers x (B,H_kv,L,D)`` rotated keys of positions ``[0, length)``
+    values   ``n_layers x (B,H_kv,L,D)`` values of the same positions
+    key_ok   ``(B,L)`` bool     True where a position holds a real token (not padding)
+    length   int                how many positions are filled
+    ======== ================= ================================================
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    key_ok: torch.Tensor
+    length: int = 0
+
+    @classmethod
+    def empty(cls, model: LlamaForCausalLM, batch: int, capacity: int) -> "KVCache":
+        cfg = model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        p = next(model.parameters())
+        shape = (batch, cfg.num_key_value_heads, capacity, head_dim)
+        return cls(keys=[p.new_empty(shape) for _ in range(cfg.num_hidden_layers)],
+                   values=[p.new_empty(shape) for _ in range(cfg.num_hidden_layers)],
+                   key_ok=torch.zeros(batch, capacity, dtype=torch.bool, device=p.device))
+
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only the given rows (an index tensor, repeats allowed), in that order."""
+        self.keys = [k.index_select(0, rows) for k in self.keys]
+        self.values = [v.index_select(0, rows) for v in self.values]
+        self.key_ok = self.key_ok.index_select(0, rows)
+
+
+def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """``weight * x / sqrt(mean(x^2) + eps)`` over the last axis, computed in float32 (as Llama does)."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def rotary_cos_sin(model: LlamaForCausalLM, positions: torch.Tensor, dtype: torch.dtype):
+    """Cosines and sines of the rotary embedding.
+
+    ========= ========= ==========================================
+    positions ``(B,n)``  long position ids
+    returns   2 x ``(B,1,n,D)`` cos and sin, ready to broadcast over heads
+    ========= ========= ==========================================
+    """
+    rotary = model.model.rotary_emb
+    freqs = positions[..., None].float() * rotary.inv_freq.float()
+    emb = torch.cat((freqs, freqs), dim=-1)
+    scale = rotary.attention_scaling
+    return (emb.cos() * scale).to(dtype)[:, None], (emb.sin() * scale).to(dtype)[:, None]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply the rotary embedding to ``x`` of shape ``(B,H,n,D)``: pairs ``(i, i + D/2)`` rotate together."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def lean_forward(model: LlamaForCausalLM, input_ids: torch.Tensor, positions: torch.Tensor,
+                 input_ok: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Run ``n`` new tokens per row through the model, append their keys and values to ``cache``
+    and return the logits of the last one.
+
+    A new token attends to the real tokens up to its own position; a padding token attends only to
+    itself, so that no row of the attention is empty (its output is never used).
+
+    ========== ========= =======================================================
+    input_ids  ``(B,n)``  new tokens (the left-padded prompt, or one sampled token)
+    positions  ``(B,n)``  their position ids
+    input_ok   ``(B,n)``  bool, False on padding
+    cache      KVCache    filled up to ``cache.length``; advanced by ``n``
+    returns    ``(B,V)``  logits of the last new token, in the model's dtype
+    ========== ========= =======================================================
+    """
+    B, n = input_ids.shape
+    start, end = cache.length, cache.length + n
+    if end > cache.key_ok.shape[1]:
+        raise ValueError(f"the KV cache holds {cache.key_ok.shape[1]} positions; {end} were asked for")
+    cache.key_ok[:, start:end] = input_ok
+    key_pos = torch.arange(end, device=input_ids.device)
+    query_pos = torch.arange(start, end, device=input_ids.device)
+    causal = key_pos[None, :] <= query_pos[:, None]                          # (n, end)
+    allowed = (causal[None] & cache.key_ok[:, None, :end]) | (key_pos[None, None, :] == query_pos[None, :, None])
+    allowed = allowed[:, None]                                               # (B, 1, n, end)
+
+    x = model.model.embed_tokens(input_ids)
+    cos, sin = rotary_cos_sin(model, positions, x.dtype)
+    for i, layer in enumerate(model.model.layers):
+        attn = layer.self_attn
+        h = rms_norm(x, layer.input_layernorm)
+        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, n, -1, attn.head_dim).transpose(1, 2)
+        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, n, -1, attn.head_dim).transpose(1, 2)
+        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, n, -1, attn.head_dim).transpose(1, 2)
+        cache.keys[i][:, :, start:end] = rotate(k, cos, sin)
+        cache.values[i][:, :, start:end] = v
+        out = F.scaled_dot_product_attention(
+            rotate(q, cos, sin), cache.keys[i][:, :, :end], cache.values[i][:, :, :end], attn_mask=allowed,
+            scale=attn.scaling, enable_gqa=attn.num_key_value_groups > 1)
+        x = x + F.linear(out.transpose(1, 2).reshape(B, n, -1), attn.o_proj.weight, attn.o_proj.bias)
+        h = rms_norm(x, layer.post_attention_layernorm)
+        mlp = layer.mlp
+        x = x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+    cache.length = end
+    return model.lm_head(rms_norm(x[:, -1], model.model.norm))

@@ -1,0 +1,94 @@
+"""The lean decoding engine computes what ``transformers`` computes, and the sampler draws what it should."""
+import pytest
+import torch
+
+import rlcourse
+from rlcourse.lm import build_model, build_tokenizer, response_logprobs, sample
+from rlcourse.lm.engine import KVCache, lean_engine_supports, lean_forward
+from rlcourse.lm.model import position_ids_from_mask
+from rlcourse.lm.sampling import _draw, encode_prompts
+from rlcourse.lm.heads import ScalarHeadModel
+
+PROMPTS = ["12+7=", "3+45=", "sort 93:", "9+9="]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    m = build_model(tok, rlcourse.profile("smoke"), seed=3).eval()
+    with torch.no_grad():  # make EOS likely, so that rows finish at different steps
+        m.model.embed_tokens.weight[tok.eos_token_id] *= 4.0
+    return m
+
+
+def test_lean_forward_equals_transformers(tok, model):
+    """Prefill on left-padded prompts, then decode steps: the logits agree with a full forward pass."""
+    ids, mask = encode_prompts(tok, PROMPTS)
+    g = torch.Generator().manual_seed(0)
+    extra = torch.randint(2, len(tok), (len(PROMPTS), 5), generator=g)
+    full_ids = torch.cat([ids, extra], 1)
+    full_mask = torch.cat([mask, torch.ones_like(extra)], 1)
+    with torch.no_grad():
+        ref = model(input_ids=full_ids, attention_mask=full_mask,
+                    position_ids=position_ids_from_mask(full_mask)).logits
+        cache = KVCache.empty(model, len(PROMPTS), full_ids.shape[1])
+        pos = position_ids_from_mask(mask)
+        got = [lean_forward(model, ids, pos, mask.bool(), cache)]
+        ok = torch.ones(len(PROMPTS), 1, dtype=torch.bool)
+        for t in range(extra.shape[1]):
+            pos = pos[:, -1:] + 1
+            got.append(lean_forward(model, extra[:, t:t + 1], pos, ok, cache))
+    P = ids.shape[1]
+    for t, logits in enumerate(got):
+        torch.testing.assert_close(logits, ref[:, P - 1 + t], atol=1e-5, rtol=1e-5)
+    assert cache.length == full_ids.shape[1]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_lean_and_hf_engines_sample_the_same(tok, model, temperature):
+    """Same generator, same draws: the engines give the same tokens and log-probs, including after
+    the lean engine has dropped finished rows and shared each prompt's prefill across its G samples."""
+    batches = [sample(model, tok, PROMPTS, num_generations=8, max_new_tokens=12, temperature=temperature,
+                      generator=torch.Generator().manual_seed(1), engine=e) for e in ("hf", "lean")]
+    hf, lean = batches
+    assert torch.equal(hf.response_ids, lean.response_ids) and hf.texts == lean.texts
+    torch.testing.assert_close(hf.logprobs, lean.logprobs, atol=1e-5, rtol=1e-5)
+    lengths = lean.lengths
+    if temperature > 0:  # rows did finish at different steps, so compaction was exercised
+        assert lengths.min() < lengths.max() and lean.truncated.any() and not lean.truncated.all()
+    recomputed = response_logprobs(model, lean.input_ids, lean.attention_mask, lean.response_len,
+                                   lean.temperature) * lean.response_mask
+    torch.testing.assert_close(recomputed, lean.logprobs, atol=1e-5, rtol=1e-5)
+
+
+def test_draw_matches_the_distribution_and_skips_zero_mass():
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0],
+                          [0.1, 0.0, 0.0, 0.0, 0.0, 0.9]]).repeat(20_000, 1)
+    draws = _draw(probs, torch.Generator().manual_seed(0))
+    assert draws.shape == (40_000,)
+    for row in range(2):
+        picked = draws[row::2]
+        freq = torch.bincount(picked, minlength=6).double() / picked.numel()
+        assert (freq[probs[row] == 0] == 0).all()
+        se = (probs[row].double() * (1 - probs[row].double()) / picked.numel()).sqrt()
+        assert ((freq - probs[row].double()).abs() <= 5 * se + 1e-12).all()
+    # the last token with zero mass is never drawn, even by a uniform at the top of its range
+    edge = torch.tensor([[0.25, 0.75, 0.0]])
+    assert _draw(edge.repeat(10_000, 1), torch.Generator().manual_seed(1)).max() <= 1
+
+
+def test_lean_engine_errors(tok, model):
+    cache = KVCache.empty(model, 2, 3)
+    ids = torch.full((2, 4), 5)
+    with pytest.raises(ValueError, match="KV cache holds 3 positions; 4"):
+        lean_forward(model, ids, torch.arange(4).expand(2, 4), torch.ones(2, 4, dtype=torch.bool), cache)
+    head = ScalarHeadModel.from_policy(model)
+    assert lean_engine_supports(model) and not lean_engine_supports(head)
+    with pytest.raises(ValueError, match="engine must be"):
+        sample(model, tok, PROMPTS, engine="vllm")
+    with pytest.raises(ValueError, match="lean engine runs LlamaForCausalLM"):
+        sample(head, tok, PROMPTS, engine="lean")
