@@ -20,6 +20,10 @@ lookahead   a fortified rollout (look-ahead) over the ``migrate`` graph with exa
             and the stage-level plan as a fallback; never worse than either (see the chapter).
 ==========  ==================================================================================
 
+The costs are :class:`StageCosts`: synthetic by default, or measured on rlcourse's own RL loop by
+:func:`measure_stage_costs` (decode steps of :func:`rlcourse.lm.sample`, the per-token stage times
+that :class:`rlcourse.train.Trainer` logs, a prefill for migration), in units of one decode step.
+
 The model is a teaching reconstruction, not JigsawRL's own formulation (see the chapter).
 """
 from __future__ import annotations
@@ -68,6 +72,14 @@ class StageCosts:
                 raise ValueError(f"StageCosts.{name} must be finite and >= 0, got {value!r}")
         if not isinstance(self.tau, (int, np.integer)) or self.tau < 1:
             raise ValueError(f"StageCosts.tau must be an integer >= 1, got {self.tau!r}")
+
+    def scaled(self, factor: float) -> "StageCosts":
+        """Every duration multiplied by ``factor > 0`` (a change of time unit); ``tau`` is kept."""
+        if not (np.isfinite(factor) and factor > 0):
+            raise ValueError(f"factor must be finite and > 0, got {factor!r}")
+        return StageCosts(*(v * factor for v in (self.decode_step, self.decode_per_seq, self.reward_per_token,
+                                                 self.ref_per_token, self.train_per_token, self.mig_fixed,
+                                                 self.mig_per_token)), tau=self.tau)
 
 
 def _as_lengths(lengths, name: str = "lengths", ndim: int = 1) -> np.ndarray:
@@ -558,12 +570,56 @@ def simulate(lengths, n_workers: int, costs: StageCosts, scheduler: str, width: 
     return SimResult(scheduler, sched.makespan, g.tokens, g.work, cp, g.migrations, sched, g)
 
 
-def run_jigsaw_experiment(prof: Profile | None = None, seed: int = 0) -> dict:
+def experiment_sizes(prof: Profile) -> dict:
+    """The sizes of the chapter's simulated runs for a profile (pipelines ``P``, iterations ``K``,
+    workers ``M``, batch ``B``, mean and maximum length, seeds, look-ahead width, ``sigma_p``)."""
+    return dict(
+        pipelines=prof.pick(smoke=2, book=3), iterations=prof.pick(smoke=2, book=3),
+        workers=4, batch=prof.pick(smoke=32, book=128), mean_len=256, max_len=4096,
+        seeds=prof.pick(smoke=1, book=5), width=2, sigma_p=1.0,
+    )
+
+
+def stage_rollout_share(result: SimResult, n_workers: int) -> dict:
+    """Amdahl's view of a ``stage`` schedule: how much of it is rollout, and how full the rollout is.
+
+    In the stage-level plan every stage runs alone between barriers. Rollout stages last ``R`` in
+    total (from their common start to their slowest shard) and hold ``W_roll`` worker-time; the other
+    stages are ``M`` equal chunks, so they are perfectly packed.
+
+    ========= ========= =========================================================
+    result    SimResult  a ``simulate(..., "stage")`` result
+    n_workers ``M``      its workers
+    returns   dict       ``s = R / C`` (rollout share of the makespan),
+                         ``u = W_roll / (M R)`` (rollout utilisation),
+                         ``amdahl = 1 / (1 - s (1 - u))`` and ``area = C M / W``
+    ========= ========= =========================================================
+    """
+    if not isinstance(result, SimResult) or result.scheduler != "stage":
+        raise ValueError("stage_rollout_share needs a SimResult of the 'stage' scheduler")
+    g, sch = result.graph, result.schedule
+    spans: dict = {}
+    w_roll = 0.0
+    for v, kind in enumerate(g.kind):
+        if kind != "rollout":
+            continue
+        key = (g.pipeline[v], g.iteration[v])
+        lo, hi = spans.get(key, (np.inf, -np.inf))
+        spans[key] = (min(lo, sch.start[v]), max(hi, sch.finish[v]))
+        w_roll += g.durations[v]
+    R = float(sum(hi - lo for lo, hi in spans.values()))
+    C, M = result.makespan, int(n_workers)
+    s, u = R / C, w_roll / (M * R)
+    return {"s": s, "u": u, "amdahl": 1.0 / (1.0 - s * (1.0 - u)), "area": C * M / result.work}
+
+
+def run_jigsaw_experiment(prof: Profile | None = None, seed: int = 0, costs: StageCosts | None = None) -> dict:
     """Throughput of the four schedulers against the tail weight ``sigma`` of rollout lengths.
 
     For every seed, one set of standard-normal draws ``z`` of shape ``(P, K, B)`` is shared by all
     ``sigma`` (common random numbers), so only the tail changes along the sweep. A second sweep
-    varies the number of pipelines ``P`` at ``sigma = sigma_p``.
+    varies the number of pipelines ``P`` at ``sigma = sigma_p``. ``costs`` defaults to the
+    synthetic :class:`StageCosts`; pass the result of :func:`measure_stage_costs` to use measured ones.
 
     ================== ============== ========================================================
     sigmas             ``(S,)``        tail weights swept
@@ -580,14 +636,13 @@ def run_jigsaw_experiment(prof: Profile | None = None, seed: int = 0) -> dict:
     import time
 
     prof = prof or current_profile()
-    sizes = dict(
-        pipelines=prof.pick(smoke=2, book=3), iterations=prof.pick(smoke=2, book=3),
-        workers=4, batch=prof.pick(smoke=32, book=128), mean_len=256, max_len=4096,
-        seeds=prof.pick(smoke=1, book=5), width=2, sigma_p=1.0,
-    )
+    sizes = experiment_sizes(prof)
     sigmas = np.array(prof.pick(smoke=[0.0, 1.0], book=[0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5]))
     pipelines = np.array(prof.pick(smoke=[1, 2], book=[1, 2, 3, 4]))
-    costs = StageCosts()
+    if costs is None:
+        costs = StageCosts()
+    if not isinstance(costs, StageCosts):
+        raise TypeError(f"costs must be a StageCosts, got {type(costs).__name__}")
     P, K, M, B = sizes["pipelines"], sizes["iterations"], sizes["workers"], sizes["batch"]
     S, R = len(sigmas), sizes["seeds"]
     thr = {s: np.zeros((R, S)) for s in SCHEDULERS}
@@ -618,3 +673,326 @@ def run_jigsaw_experiment(prof: Profile | None = None, seed: int = 0) -> dict:
     return {"sigmas": sigmas, "throughput": thr, "gain": gain, "idle": idle, "work": work,
             "migrations": migrations, "bound_gain": bound, "pipelines": pipelines, "gain_by_pipelines": by_p,
             "sizes": sizes, "costs": costs, "seconds": time.perf_counter() - t0}
+
+
+# ----------------------------------------------------------------------------------------------
+# Measured costs: the stage times of rlcourse's own RL loop
+# ----------------------------------------------------------------------------------------------
+
+MEASURED_STAGES = ("reward", "ref", "train")
+
+
+def _finite_pair(pair, name: str) -> tuple[float, float]:
+    values = tuple(float(v) for v in np.asarray(pair, dtype=float).reshape(-1))
+    if len(values) != 2 or not all(np.isfinite(values)):
+        raise ValueError(f"{name} must be two finite numbers (intercept, slope), got {pair!r}")
+    return values
+
+
+def stage_costs_from_seconds(decode_fit, per_token_seconds: dict, prefill_fit, tau: int = 4) -> StageCosts:
+    """Measured seconds to :class:`StageCosts` in the simulator's unit, the fixed cost ``a`` of one decode step.
+
+    Every duration is divided by ``a``, so ``decode_step = 1``. Scaling all durations by one factor
+    changes no scheduling decision (see the chapter), so the choice of unit loses nothing.
+
+    ================= ============ ===========================================================
+    decode_fit        ``(a, b)``    seconds: a decode step with ``n`` active rows takes ``a + b n``
+    per_token_seconds dict         seconds per token of ``"reward"``, ``"ref"`` and ``"train"``
+    prefill_fit       ``(f, g)``    seconds: re-prefilling ``N`` tokens (a migration) takes ``f + g N``
+    tau               int          migration threshold, kept as is
+    returns           StageCosts   ``decode_step=1, decode_per_seq=b/a, *_per_token=s/a,``
+                                   ``mig_fixed=f/a, mig_per_token=g/a``
+    ================= ============ ===========================================================
+    """
+    a, b = _finite_pair(decode_fit, "decode_fit")
+    f, g = _finite_pair(prefill_fit, "prefill_fit")
+    if a <= 0:
+        raise ValueError(f"the fixed cost of a decode step must be > 0 seconds to serve as the unit, got a={a!r}")
+    if b < 0 or f < 0 or g < 0:
+        raise ValueError(f"decode slope b={b!r} and prefill fit f={f!r}, g={g!r} must be >= 0 seconds")
+    if not isinstance(per_token_seconds, dict) or set(per_token_seconds) != set(MEASURED_STAGES):
+        got = sorted(per_token_seconds) if isinstance(per_token_seconds, dict) else type(per_token_seconds).__name__
+        raise ValueError(f"per_token_seconds must have exactly the keys {MEASURED_STAGES}, got {got}")
+    per = {k: float(v) for k, v in per_token_seconds.items()}
+    for k, v in per.items():
+        if not (np.isfinite(v) and v >= 0):
+            raise ValueError(f"per_token_seconds[{k!r}] must be finite and >= 0, got {v!r}")
+    return StageCosts(decode_step=1.0, decode_per_seq=b / a, reward_per_token=per["reward"] / a,
+                      ref_per_token=per["ref"] / a, train_per_token=per["train"] / a,
+                      mig_fixed=f / a, mig_per_token=g / a, tau=tau)
+
+
+class _NeverEOS:
+    """A tokenizer proxy whose EOS id matches no token, so that ``sample`` decodes every step."""
+
+    eos_token_id = -1
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+
+def _check_sizes(values, name: str) -> list[int]:
+    out = [int(v) for v in values]
+    if len(out) == 0 or any(v < 1 for v in out) or any(v != u for v, u in zip(out, values)):
+        raise ValueError(f"{name} must be a non-empty list of integers >= 1, got {values!r}")
+    return out
+
+
+def time_decode_steps(model, tokenizer, prompts, batch_sizes, steps=(8, 40), repeats: int = 5):
+    """Seconds per decode step of :func:`rlcourse.lm.sample` (the loop's synchronous engine).
+
+    For each batch size, each repeat times one ``sample`` call of ``steps[0]`` and one of ``steps[1]``
+    new tokens with EOS disabled (every row decodes to the end). The difference cancels the prefill
+    and the bookkeeping; the median over repeats of ``(t_long - t_short) / (steps[1] - steps[0])``
+    is the time of one decode step with ``n`` active rows.
+
+    =========== ======== ==========================================================
+    prompts     list     prompt strings, reused cyclically to fill a batch
+    batch_sizes ``(S,)``  rows per call, the active sequences ``n`` of every step
+    steps       (s, l)   new tokens of the short and the long call, ``s < l``
+    returns     (n, t)   ``(S,)`` batch sizes and ``(S,)`` median seconds per step
+    =========== ======== ==========================================================
+    """
+    import time
+
+    import torch
+
+    from .lm.sampling import sample
+
+    sizes = _check_sizes(batch_sizes, "batch_sizes")
+    short, long_ = (int(s) for s in steps)
+    if not 1 <= short < long_:
+        raise ValueError(f"steps must be (short, long) with 1 <= short < long, got {steps!r}")
+    if not isinstance(repeats, (int, np.integer)) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty")
+    never = _NeverEOS(tokenizer)
+    gen = torch.Generator().manual_seed(0)
+    per_step = []
+    for n in sizes:
+        rows = [prompts[i % len(prompts)] for i in range(n)]
+        sample(model, never, rows, max_new_tokens=short, generator=gen)  # warm-up
+        diffs = []
+        for _ in range(int(repeats)):
+            t = []
+            for new in (short, long_):
+                t0 = time.perf_counter()
+                batch = sample(model, never, rows, max_new_tokens=new, generator=gen)
+                t.append(time.perf_counter() - t0)
+                if batch.response_ids.shape[1] != new:
+                    raise RuntimeError(f"sample stopped after {batch.response_ids.shape[1]} of {new} steps")
+            diffs.append((t[1] - t[0]) / (long_ - short))
+        per_step.append(float(np.median(diffs)))
+    return np.array(sizes, dtype=float), np.array(per_step)
+
+
+def time_prefill(model, tokenizer, prompt: str, rows, lengths, repeats: int = 5):
+    """Seconds of a one-token ``sample`` call on ``rows`` prompts of ``lengths`` characters: a prefill.
+
+    A migrated sequence is re-prefilled on its new worker (prompt and the response so far), so this
+    is the cost a migration pays. Fit ``f + g N`` to the result with :func:`fit_decode_cost`.
+
+    ======= ======== ===================================================
+    prompt  str      text repeated to build prompts of a given length
+    rows    ``(R,)``  batch sizes
+    lengths ``(Q,)``  prompt lengths in characters
+    returns (N, t)   ``(R*Q,)`` prompt tokens per call, median seconds
+    ======= ======== ===================================================
+    """
+    import time
+
+    import torch
+
+    from .lm.sampling import encode_prompts, sample
+
+    rows, lengths = _check_sizes(rows, "rows"), _check_sizes(lengths, "lengths")
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("prompt must be a non-empty string")
+    gen = torch.Generator().manual_seed(0)
+    tokens, seconds = [], []
+    for n in rows:
+        for ell in lengths:
+            text = (prompt * (ell // len(prompt) + 1))[:ell]
+            batch = [text] * n
+            tokens.append(int(encode_prompts(tokenizer, batch)[1].sum()))
+            sample(model, tokenizer, batch, max_new_tokens=1, generator=gen)  # warm-up
+            t = []
+            for _ in range(int(repeats)):
+                t0 = time.perf_counter()
+                sample(model, tokenizer, batch, max_new_tokens=1, generator=gen)
+                t.append(time.perf_counter() - t0)
+            seconds.append(float(np.median(t)))
+    return np.array(tokens, dtype=float), np.array(seconds)
+
+
+def time_trainer_stages(model, tokenizer, task, prof: Profile, steps: int = 3, beta: float = 0.04,
+                        seed: int = 0) -> dict:
+    """Per-step stage seconds and token counts of a short :class:`rlcourse.train.Trainer` run.
+
+    The run trains a copy of ``model`` (the caller's weights are untouched) with ``beta > 0``, so a
+    frozen reference exists and ``time_reference`` is measured. One warm-up step is run and dropped.
+
+    ======= ======== ===========================================================
+    steps   int      timed steps ``K`` (after the warm-up)
+    returns dict     ``(K,)`` arrays: time_rollout, time_reward, time_reference,
+                     time_update, prompt_tokens, response_tokens
+    ======= ======== ===========================================================
+    """
+    import copy
+
+    from .lm.zoo import max_new_tokens_for
+    from .tasks import get_task
+    from .train import RLConfig, Trainer
+
+    if not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0 so that the reference stage runs, got {beta!r}")
+    task = get_task(task)
+    cfg = RLConfig(beta=beta, steps=steps + 1, prompts_per_step=prof.rl_prompts, num_generations=prof.num_generations,
+                   max_completion_length=max_new_tokens_for(task), learning_rate=prof.rl_lr, seed=seed,
+                   train_pool_size=256, eval_prompts=1, progress=False)
+    trainer = Trainer(copy.deepcopy(model), tokenizer, task, cfg)
+    history = [trainer.step() for _ in range(steps + 1)][1:]
+    keys = ("time_rollout", "time_reward", "time_reference", "time_update", "prompt_tokens", "response_tokens")
+    return {k: np.array([h[k] for h in history], dtype=float) for k in keys}
+
+
+def measure_stage_costs(model, tokenizer, task, prof: Profile | None = None, tau: int = 4, beta: float = 0.04,
+                        seed: int = 0) -> tuple[StageCosts, dict]:
+    """The stage costs of rlcourse's own loop on this machine, as :class:`StageCosts` (unit: ``a``).
+
+    * decode: :func:`time_decode_steps` at several batch sizes, fitted to ``a + b n``;
+    * reward, reference, training: seconds per token (prompt and response) of a short
+      :func:`time_trainer_stages` run, median over its steps;
+    * migration: :func:`time_prefill` fitted to ``f + g N`` (fixed cost ``f``, ``g`` per token);
+    * response lengths: ``RolloutBatch.lengths`` of the model on the task's prompts, as the loop samples.
+
+    ========= ============ ==============================================================
+    model     LM           the tiny policy (weights are not changed)
+    task      str/Task     prompts for timing and for the lengths
+    returns   (costs, d)   :class:`StageCosts`; ``d`` holds the raw seconds, fits and lengths
+    ========= ============ ==============================================================
+    """
+    import time
+
+    import torch
+
+    from .lm.sampling import sample
+    from .lm.zoo import max_new_tokens_for
+    from .tasks import get_task
+
+    prof = prof or current_profile()
+    task = get_task(task)
+    t0 = time.perf_counter()
+    prompts = [e.prompt for e in task.examples(prof.pick(smoke=16, book=64), seed=seed)]
+    reps = prof.pick(smoke=3, book=9)
+    n, step_s = time_decode_steps(model, tokenizer, prompts, prof.pick(smoke=[1, 4, 16], book=[1, 2, 4, 8, 16, 32, 64]),
+                                  steps=prof.pick(smoke=(4, 12), book=(8, 40)), repeats=reps)
+    a, b = fit_decode_cost(n, step_s)
+    pre_tok, pre_s = time_prefill(model, tokenizer, prompts[0], prof.pick(smoke=[1, 8], book=[1, 4, 16]),
+                                  prof.pick(smoke=[8, 32], book=[8, 24, 48]), repeats=reps)
+    f, g = fit_decode_cost(pre_tok, pre_s)
+    stages = time_trainer_stages(model, tokenizer, task, prof, steps=prof.pick(smoke=1, book=4), beta=beta, seed=seed)
+    tokens = stages["prompt_tokens"] + stages["response_tokens"]
+    per_token = {stage: float(np.median(stages[key] / tokens)) for stage, key in
+                 (("reward", "time_reward"), ("ref", "time_reference"), ("train", "time_update"))}
+    clipped = [name for name, v in (("b", b), ("f", f), ("g", g)) if v < 0]  # noise can push a fit below 0
+    costs = stage_costs_from_seconds((a, max(b, 0.0)), per_token, (max(f, 0.0), max(g, 0.0)), tau=tau)
+    gen = torch.Generator().manual_seed(seed)
+    rollout = sample(model, tokenizer, prompts, num_generations=prof.num_generations,
+                     max_new_tokens=max_new_tokens_for(task), temperature=1.0, generator=gen)
+    details = {"n": n, "step_seconds": step_s, "decode_fit": (a, b), "prefill_tokens": pre_tok,
+               "prefill_seconds": pre_s, "prefill_fit": (f, g), "stages": stages, "per_token_seconds": per_token,
+               "lengths": rollout.lengths.numpy().astype(np.int64), "truncated": float(rollout.truncated.float().mean()),
+               "clipped": clipped, "seconds": time.perf_counter() - t0}
+    return costs, details
+
+
+def tail_weight(lengths) -> float:
+    """The tail weight of a length sample: the standard deviation of ``log L``.
+
+    For ``L = m exp(sigma z - sigma^2 / 2)`` (:func:`sample_lengths` before rounding) it is ``sigma``
+    exactly in expectation of the sample variance, whatever ``m``: this places any length sample on
+    the sweep's axis.
+
+    ======= ======== =======================
+    lengths ``(N,)``  lengths, ``N >= 2``
+    returns scalar   ``std(log L)`` (ddof 0)
+    ======= ======== =======================
+    """
+    L = _as_lengths(lengths)
+    if L.size < 2:
+        raise ValueError("need at least two lengths to measure a spread")
+    return float(np.std(np.log(L)))
+
+
+def resample_lengths(measured, shape, mean_len: float, max_len: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap draws from measured lengths, rescaled to a target mean: ``round(L* mean_len / mean(L))``.
+
+    Rescaling keeps every ratio ``L_i / L_j`` (up to rounding), so the tail weight of
+    :func:`tail_weight` and the idle fraction of :func:`sync_idle_fraction` are kept; only the
+    time scale of a rollout changes.
+
+    ======== ========== ==================================================
+    measured ``(N,)``    measured response lengths
+    shape    tuple       output shape, e.g. ``(P, K, B)``
+    returns  ``shape``   int64 lengths in ``[1, max_len]``
+    ======== ========== ==================================================
+    """
+    L = _as_lengths(measured, "measured")
+    if not (np.isfinite(mean_len) and mean_len >= 1):
+        raise ValueError(f"mean_len must be a finite number >= 1, got {mean_len!r}")
+    if int(max_len) < mean_len:
+        raise ValueError(f"max_len={max_len} is below mean_len={mean_len}")
+    draws = rng.choice(L, size=tuple(shape), replace=True).astype(float)
+    return np.clip(np.round(draws * mean_len / L.mean()), 1, int(max_len)).astype(np.int64)
+
+
+def run_measured_jigsaw_experiment(prof: Profile | None = None, seed: int = 0, task: str = "addition",
+                                   strength: str = "medium") -> dict:
+    """The chapter's sweep with stage costs measured on rlcourse's loop, and one run on its own lengths.
+
+    Loads the zoo's base model for ``task``, measures its :class:`StageCosts` under one torch thread
+    (:func:`measure_stage_costs`), reruns :func:`run_jigsaw_experiment` with them, and simulates the
+    four schedulers on bootstrap draws of the model's own response lengths rescaled to the sweep's
+    mean length (:func:`resample_lengths`).
+
+    ============== ============ ============================================================
+    costs          StageCosts   measured; ``synthetic`` holds the default ones for comparison
+    details        dict         raw timings, fits and lengths (:func:`measure_stage_costs`)
+    sweep          dict         :func:`run_jigsaw_experiment` with the measured costs
+    own_sigma      scalar       :func:`tail_weight` of the measured lengths
+    own_gain[s]    ``(R,)``      gain over ``stage`` on the rescaled measured lengths, per seed
+    ============== ============ ============================================================
+    """
+    import time
+
+    from .lm.zoo import load_base_model
+    from .profiles import one_torch_thread
+
+    prof = prof or current_profile()
+    t0 = time.perf_counter()
+    model, tokenizer = load_base_model(task, strength, prof=prof, progress=False)
+    with one_torch_thread():
+        costs, details = measure_stage_costs(model, tokenizer, task, prof, seed=seed)
+    sweep = run_jigsaw_experiment(prof, seed, costs=costs)
+    sz = experiment_sizes(prof)
+    shape = (sz["pipelines"], sz["iterations"], sz["batch"])
+    own_thr = {s: np.zeros(sz["seeds"]) for s in SCHEDULERS}
+    for r in range(sz["seeds"]):
+        lengths = resample_lengths(details["lengths"], shape, sz["mean_len"], sz["max_len"],
+                                   np.random.default_rng([seed, r, 1]))
+        for s in SCHEDULERS:
+            own_thr[s][r] = simulate(lengths, sz["workers"], costs, s, width=sz["width"]).throughput
+    return {"costs": costs, "synthetic": StageCosts(), "details": details, "sweep": sweep,
+            "own_sigma": tail_weight(details["lengths"]), "own_mean_len": float(np.mean(details["lengths"])),
+            "own_throughput": own_thr, "own_gain": {s: own_thr[s] / own_thr["stage"] for s in SCHEDULERS},
+            "seconds": time.perf_counter() - t0}

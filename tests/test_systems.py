@@ -5,8 +5,10 @@ import pytest
 import rlcourse
 from rlcourse.systems import (SCHEDULERS, StageCosts, bottom_levels, build_graph, decode_time,
                               exponential_idle_fraction, fit_decode_cost, list_schedule, lookahead_schedule,
-                              migration_saving, run_jigsaw_experiment, sample_lengths, simulate,
-                              split_tail, sync_idle_fraction)
+                              measure_stage_costs, migration_saving, resample_lengths, run_jigsaw_experiment,
+                              sample_lengths, simulate, split_tail, stage_costs_from_seconds,
+                              stage_rollout_share, sync_idle_fraction, tail_weight, time_decode_steps,
+                              time_prefill)
 
 # Graham (1969), "Bounds on multiprocessing timing anomalies": nine tasks, list order T1..T9.
 GRAHAM_D = [3, 2, 2, 2, 4, 4, 4, 4, 9]
@@ -249,3 +251,165 @@ def test_determinism_and_bad_inputs():
         list_schedule([1.0, 1.0], [(), (0,)], 1, choices=[1])
     with pytest.raises(ValueError, match="dimension"):
         build_graph(np.full((2, 8), 5), 4, StageCosts(), "stage")
+
+
+# ----------------------------------------------------------------------------------------------
+# Measured stage costs
+# ----------------------------------------------------------------------------------------------
+
+PER_TOKEN = {"reward": 2e-6, "ref": 3e-5, "train": 1e-4}
+
+
+def test_stage_costs_from_seconds_divides_by_the_decode_step():
+    c = stage_costs_from_seconds((0.002, 0.0001), PER_TOKEN, (0.004, 2e-5), tau=3)
+    assert c.decode_step == 1.0 and c.tau == 3
+    assert c.decode_per_seq == pytest.approx(0.05, rel=1e-12)
+    assert c.reward_per_token == pytest.approx(1e-3, rel=1e-12)
+    assert c.ref_per_token == pytest.approx(0.015, rel=1e-12)
+    assert c.train_per_token == pytest.approx(0.05, rel=1e-12)
+    assert c.mig_fixed == pytest.approx(2.0, rel=1e-12)
+    assert c.mig_per_token == pytest.approx(0.01, rel=1e-12)
+
+
+def test_fit_and_conversion_recover_synthetic_costs_exactly():
+    """Seconds generated from known costs at an arbitrary unit give the same costs back."""
+    true = StageCosts(decode_per_seq=0.04, reward_per_token=0.001, ref_per_token=0.02, train_per_token=0.07,
+                      mig_fixed=1.5, mig_per_token=0.01)
+    unit = 0.0013  # seconds per decode step
+    sec = true.scaled(unit)
+    n = np.array([1, 2, 4, 8, 16, 32, 64], float)
+    a, b = fit_decode_cost(n, sec.decode_step + sec.decode_per_seq * n)
+    N = np.array([8, 24, 48, 32, 96, 192], float)
+    f, g = fit_decode_cost(N, sec.mig_fixed + sec.mig_per_token * N)
+    per = {"reward": sec.reward_per_token, "ref": sec.ref_per_token, "train": sec.train_per_token}
+    got = stage_costs_from_seconds((a, b), per, (f, g))
+    for name in ("decode_step", "decode_per_seq", "reward_per_token", "ref_per_token", "train_per_token",
+                 "mig_fixed", "mig_per_token"):
+        assert getattr(got, name) == pytest.approx(getattr(true, name), rel=1e-9, abs=1e-12), name
+
+
+def test_stage_costs_from_seconds_bad_inputs():
+    with pytest.raises(ValueError, match="unit"):
+        stage_costs_from_seconds((0.0, 1e-4), PER_TOKEN, (1e-3, 1e-5))
+    with pytest.raises(ValueError, match="unit"):
+        stage_costs_from_seconds((-1e-3, 1e-4), PER_TOKEN, (1e-3, 1e-5))
+    with pytest.raises(ValueError, match=">= 0"):
+        stage_costs_from_seconds((1e-3, -1e-4), PER_TOKEN, (1e-3, 1e-5))
+    with pytest.raises(ValueError, match="decode_fit"):
+        stage_costs_from_seconds((1e-3, np.nan), PER_TOKEN, (1e-3, 1e-5))
+    with pytest.raises(ValueError, match="prefill_fit"):
+        stage_costs_from_seconds((1e-3, 1e-4), PER_TOKEN, (1e-3,))
+    with pytest.raises(ValueError, match="keys"):
+        stage_costs_from_seconds((1e-3, 1e-4), {"reward": 1e-6, "train": 1e-4}, (1e-3, 1e-5))
+    with pytest.raises(ValueError, match="ref"):
+        stage_costs_from_seconds((1e-3, 1e-4), {**PER_TOKEN, "ref": float("inf")}, (1e-3, 1e-5))
+    with pytest.raises(ValueError, match="factor"):
+        StageCosts().scaled(0.0)
+
+
+def test_time_unit_changes_no_schedule():
+    """Proposition (time unit): scaling every cost by lambda scales every makespan by lambda and
+    keeps the dispatch order; exact for a power of two, to rounding for any other factor."""
+    costs = StageCosts(mig_fixed=1.0)
+    for seed in range(3):
+        L = sample_lengths(np.random.default_rng(seed).standard_normal((2, 2, 32)), 128, 1.0, 2048)
+        for s in SCHEDULERS:
+            base = simulate(L, 4, costs, s)
+            exact = simulate(L, 4, costs.scaled(2.0**-10), s)
+            assert exact.makespan == base.makespan * 2.0**-10
+            assert exact.schedule.order == base.schedule.order and exact.migrations == base.migrations
+            other = simulate(L, 4, costs.scaled(0.0037), s)
+            assert other.makespan / 0.0037 == pytest.approx(base.makespan, rel=1e-9)
+
+
+def test_amdahl_identity_for_the_stage_schedule():
+    """Proposition (Amdahl): M C_stage / W = 1 / (1 - s (1 - u)), and no schedule beats W / M."""
+    for seed, sigma in ((0, 0.0), (1, 0.5), (2, 1.0), (3, 1.5)):
+        L = sample_lengths(np.random.default_rng(seed).standard_normal((3, 2, 32)), 128, sigma, 4096)
+        for costs in (StageCosts(), StageCosts(train_per_token=0.08, ref_per_token=0.03)):
+            st = simulate(L, 4, costs, "stage")
+            info = stage_rollout_share(st, 4)
+            assert 0 < info["s"] <= 1 and 0 < info["u"] <= 1 + 1e-12
+            assert info["amdahl"] == pytest.approx(4 * st.makespan / st.work, rel=1e-12)
+            assert simulate(L, 4, costs, "multiplex").makespan >= st.makespan / info["amdahl"] - 1e-9
+            if sigma == 0.0:
+                assert info["u"] == pytest.approx(1.0, rel=1e-12)  # equal shards: a full rollout
+    # more expensive training lowers the rollout share s, hence the bound
+    L = sample_lengths(np.random.default_rng(9).standard_normal((3, 2, 32)), 128, 1.0, 4096)
+    cheap = stage_rollout_share(simulate(L, 4, StageCosts(), "stage"), 4)
+    dear = stage_rollout_share(simulate(L, 4, StageCosts(train_per_token=0.1), "stage"), 4)
+    assert dear["s"] < cheap["s"] and dear["u"] == pytest.approx(cheap["u"], rel=1e-12)
+    assert dear["amdahl"] < cheap["amdahl"]
+    with pytest.raises(ValueError, match="stage"):
+        stage_rollout_share(simulate(L, 4, StageCosts(), "multiplex"), 4)
+
+
+def test_tail_weight_recovers_sigma_and_is_scale_free():
+    z = np.random.default_rng(11).standard_normal(100000)
+    for sigma in (0.25, 0.5, 1.0):
+        L = sample_lengths(z, 10000, sigma, 10**9)  # a large mean makes rounding negligible
+        assert tail_weight(L) == pytest.approx(sigma, rel=0.02)
+    L = np.array([4, 6, 6, 8, 8, 8])
+    assert tail_weight(L) == pytest.approx(tail_weight(10 * L), rel=1e-12)
+    assert tail_weight(np.full(10, 7)) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="two lengths"):
+        tail_weight([5])
+
+
+def test_resample_lengths_keeps_ratios_and_hits_the_mean():
+    measured = np.array([4, 6, 6, 8, 8, 8, 8, 8])
+    rng = np.random.default_rng(0)
+    out = resample_lengths(measured, (3, 2, 5000), 256, 4096, rng)
+    assert out.shape == (3, 2, 5000) and out.dtype == np.int64
+    assert set(np.unique(out)) <= {round(v * 256 / measured.mean()) for v in (4, 6, 8)}
+    assert out.mean() == pytest.approx(256, rel=0.02)
+    assert tail_weight(out.ravel()) == pytest.approx(tail_weight(measured), rel=0.05)
+    with pytest.raises(ValueError, match="max_len"):
+        resample_lengths(measured, (4,), 256, 100, rng)
+    with pytest.raises(ValueError, match=">= 1 token"):
+        resample_lengths([0, 3], (4,), 256, 4096, rng)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    from rlcourse.lm import build_model, build_tokenizer
+
+    tok = build_tokenizer()
+    return build_model(tok, rlcourse.profile("smoke"), seed=0), tok
+
+
+def test_time_decode_steps_and_prefill_structure(tiny_lm):
+    model, tok = tiny_lm
+    with rlcourse.profiles.one_torch_thread():
+        n, t = time_decode_steps(model, tok, ["12+34="], [1, 3], steps=(2, 5), repeats=2)
+        N, sec = time_prefill(model, tok, "12+34=", [1, 2], [4, 9], repeats=1)
+    assert n.tolist() == [1.0, 3.0] and t.shape == (2,) and np.all(np.isfinite(t))
+    assert N.tolist() == [4.0, 9.0, 8.0, 18.0] and np.all(sec > 0)
+    with pytest.raises(ValueError, match="short < long"):
+        time_decode_steps(model, tok, ["1+1="], [1, 2], steps=(4, 4))
+    with pytest.raises(ValueError, match="batch_sizes"):
+        time_decode_steps(model, tok, ["1+1="], [0, 2])
+    with pytest.raises(ValueError, match="empty"):
+        time_decode_steps(model, tok, [], [1, 2])
+
+
+def test_measure_stage_costs_structure_and_sanity(tiny_lm):
+    import torch
+
+    model, tok = tiny_lm
+    before = [p.detach().clone() for p in model.parameters()]
+    with rlcourse.profiles.one_torch_thread():
+        costs, d = measure_stage_costs(model, tok, "addition", rlcourse.profile("smoke"))
+    assert isinstance(costs, StageCosts) and costs.decode_step == 1.0
+    for name in ("decode_per_seq", "reward_per_token", "ref_per_token", "train_per_token", "mig_fixed",
+                 "mig_per_token"):
+        value = getattr(costs, name)
+        assert np.isfinite(value) and value >= 0, name
+    a, b = d["decode_fit"]
+    assert a > 0 and d["n"].shape == d["step_seconds"].shape
+    # the conversion in the details is the one the costs went through
+    assert costs.ref_per_token == pytest.approx(d["per_token_seconds"]["ref"] / a, rel=1e-12)
+    assert costs.train_per_token > 0 and costs.ref_per_token > 0  # beta > 0: the reference ran
+    assert np.all(d["stages"]["time_reference"] > 0)
+    assert d["lengths"].ndim == 1 and d["lengths"].min() >= 1
+    assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))  # weights untouched
