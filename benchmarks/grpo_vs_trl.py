@@ -2,8 +2,12 @@
 prompts, group size (8 prompts x 8 samples), max_completion_length, optimiser (AdamW, same lr) and
 step count. Target: rlcourse takes at most half of TRL's time per step.
 
+The two trainers run in alternating rounds (TRL, rlcourse, TRL, ...), each from the same base
+weights, and each one's time per step is the median over all its measured steps, so that a drift in
+the machine's speed during the run weighs on both alike.
+
     pip install -e '.[bench]'      # TRL is not a core dependency
-    python benchmarks/grpo_vs_trl.py [--steps 20] [--warmup 3]
+    python benchmarks/grpo_vs_trl.py [--steps 20] [--warmup 3] [--rounds 2]
 """
 import argparse
 import copy
@@ -27,6 +31,7 @@ def main() -> int:
     parser.add_argument("--max-completion-length", type=int, default=16)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     try:
@@ -60,35 +65,43 @@ def main() -> int:
         def on_step_end(self, *a, **k):
             self.times.append(time.perf_counter() - self.t)
 
-    timer = StepTimer()
     data = datasets.Dataset.from_dict({"prompt": [e.prompt for e in pool], "answer": [e.answer for e in pool]})
-    cfg = trl.GRPOConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.prompts * args.generations,
-        num_generations=args.generations, max_completion_length=args.max_completion_length,
-        learning_rate=args.lr, max_steps=total, beta=0.0, temperature=1.0, loss_type="dapo",
-        logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
-        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, shuffle_dataset=False,
-        dataloader_num_workers=0, max_grad_norm=1.0, weight_decay=0.0, lr_scheduler_type="constant",
-        warmup_steps=0, disable_tqdm=True,
-    )
-    trl_trainer = trl.GRPOTrainer(model=copy.deepcopy(base), reward_funcs=reward, args=cfg, train_dataset=data,
-                                  processing_class=tok, callbacks=[timer])
-    trl_trainer.train()
-    trl_step = statistics.median(timer.times[args.warmup:])
 
-    # ---- rlcourse
-    ours = Trainer(copy.deepcopy(base), tok, task, RLConfig(
-        num_generations=args.generations, prompts_per_step=args.prompts, max_completion_length=args.max_completion_length,
-        learning_rate=args.lr, steps=total, beta=0.0, temperature=1.0, loss_type="dapo", max_grad_norm=1.0,
-        progress=False), train_examples=pool)
-    hist = ours.train()
-    our_step = statistics.median([m["step_seconds"] for m in hist[args.warmup:]])
+    def trl_times() -> list[float]:
+        timer = StepTimer()
+        cfg = trl.GRPOConfig(
+            output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.prompts * args.generations,
+            num_generations=args.generations, max_completion_length=args.max_completion_length,
+            learning_rate=args.lr, max_steps=total, beta=0.0, temperature=1.0, loss_type="dapo",
+            logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
+            gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, shuffle_dataset=False,
+            dataloader_num_workers=0, max_grad_norm=1.0, weight_decay=0.0, lr_scheduler_type="constant",
+            warmup_steps=0, disable_tqdm=True,
+        )
+        trainer = trl.GRPOTrainer(model=copy.deepcopy(base), reward_funcs=reward, args=cfg, train_dataset=data,
+                                  processing_class=tok, callbacks=[timer])
+        trainer.train()
+        return timer.times[args.warmup:]
+
+    def our_times() -> list[dict]:
+        ours = Trainer(copy.deepcopy(base), tok, task, RLConfig(
+            num_generations=args.generations, prompts_per_step=args.prompts,
+            max_completion_length=args.max_completion_length, learning_rate=args.lr, steps=total, beta=0.0,
+            temperature=1.0, loss_type="dapo", max_grad_norm=1.0, progress=False), train_examples=pool)
+        return ours.train()[args.warmup:]
+
+    trl_all, hist = [], []
+    for _ in range(args.rounds):
+        trl_all += trl_times()
+        hist += our_times()
+    trl_step = statistics.median(trl_all)
+    our_step = statistics.median([m["step_seconds"] for m in hist])
 
     ratio = our_step / trl_step
-    stages = {key: statistics.median([m[key] for m in hist[args.warmup:]]) for key in ("time_rollout", "time_update")}
+    stages = {key: statistics.median([m[key] for m in hist]) for key in ("time_rollout", "time_update")}
     print(f"TRL {trl.__version__} GRPOTrainer: {trl_step:.3f} s/step; rlcourse Trainer: {our_step:.3f} s/step "
           f"({args.prompts} prompts x {args.generations} samples, <= {args.max_completion_length} new tokens, "
-          f"median of {args.steps} steps after {args.warmup} warm-up)")
+          f"median of {args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up)")
     print(f"rlcourse stages (median s): rollout {stages['time_rollout']:.3f}, update {stages['time_update']:.3f}")
     print(f"ratio rlcourse / TRL = {ratio:.2f}; target <= 0.5: {'MET' if ratio <= 0.5 else 'MISSED'}")
     return 0 if ratio <= 0.5 else 1

@@ -15,13 +15,14 @@ from .train import RLConfig, Trainer
 
 def advantage_comparison_config(prof: Profile, estimator: str, seed: int = 0) -> RLConfig:
     """The shared configuration of the estimator comparison: only ``advantage_estimator`` varies.
-    (32 prompts x 8 samples at a constant learning rate of 1.5e-4 came out of a short sweep on the
-    book-profile addition model; see the chapter.)"""
-    steps = prof.pick(smoke=prof.rl_steps, book=200, full=400)
+    (32 prompts x 8 samples, a learning rate of 2e-4 decayed linearly to 0 over 300 steps, came out
+    of a short sweep on the book-profile addition model; see the chapter.)"""
+    steps = prof.pick(smoke=prof.rl_steps, book=300, full=400)
     return RLConfig(
         advantage_estimator=estimator, num_generations=prof.num_generations,
         prompts_per_step=prof.pick(smoke=prof.rl_prompts, book=32, full=64),
-        learning_rate=prof.pick(smoke=prof.rl_lr, book=1.5e-4, full=1.5e-4), steps=steps, max_completion_length=10,
+        learning_rate=prof.pick(smoke=prof.rl_lr, book=2e-4, full=2e-4), lr_scheduler="linear",
+        steps=steps, max_completion_length=10,
         loss_type="dapo", eval_every=max(1, steps // 8), eval_prompts=prof.eval_prompts, seed=seed, progress=False,
         lam=0.95, vf_coef=0.5, critic_learning_rate=prof.rl_lr * 10,
     )

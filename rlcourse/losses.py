@@ -158,6 +158,10 @@ def compute_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adva
     return loss, metrics
 
 
+# a row whose advantages are all zero gets exactly zero gradient from this loss (the trainer may skip it)
+compute_policy_loss.zero_at_zero_advantage = True
+
+
 @register_policy_loss("pg")
 def compute_pg_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean",
                     **agg_kwargs):
@@ -172,6 +176,9 @@ def compute_pg_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_
         metrics = {"pg_clipfrac": 0.0, "pg_clipfrac_lower": 0.0, "ppo_kl": float(masked_mean(-log_ratio, response_mask)),
                    "ratio_mean": float(masked_mean(ratio, response_mask))}
     return loss, metrics
+
+
+compute_pg_loss.zero_at_zero_advantage = True
 
 
 def compute_value_loss(vpreds: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor,

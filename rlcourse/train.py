@@ -37,7 +37,8 @@ from tqdm import tqdm
 from .advantages import get_estimator, place_on_last_token
 from .data import get_prompt_sampler
 from .lm.heads import ScalarHeadModel
-from .lm.model import response_logprobs
+from .lm.engine import lean_engine_supports
+from .lm.model import response_logprobs, shared_prefix_logprobs
 from .lm.sampling import RolloutBatch, encode_prompts
 from .lm.zoo import greedy_accuracy, sft_loss
 from .losses import AGG_MODES, LOSS_TYPE_TO_AGG, agg_denominators, agg_loss, bradley_terry_loss, \
@@ -65,6 +66,8 @@ class RLConfig:
     max_completion_length     new tokens per response (also Dr. GRPO's constant)
     num_iterations            optimisation passes over each batch (mu)
     micro_batch_size          rows per backward pass (gradient identical to one pass)
+    skip_zero_advantage_rows  no forward/backward for rows whose gradient is exactly zero
+    share_prompt_forward      the update runs each prompt once for its G samples (same result)
     advantage_estimator, policy_loss, reward, sampler, prompt_sampler: registry names
     ========================= ==========================================================
     """
@@ -87,6 +90,8 @@ class RLConfig:
     steps: int = 100
     prompts_per_step: int = 16
     micro_batch_size: int | None = None
+    skip_zero_advantage_rows: bool = True  # leave rows of exactly zero gradient out of the update
+    share_prompt_forward: bool = True  # run each prompt once in the update, not once per sample
     max_grad_norm: float | None = 1.0
     entropy_coef: float = 0.0
     clip_ratio_c: float | None = None
@@ -298,13 +303,34 @@ class Trainer:
             agg["max_len"] = cfg.max_completion_length
             agg.setdefault("global_seqs", float(B))
         input_ids, attention_mask, T = batch.input_ids, batch.attention_mask, batch.response_len
-        sums: dict[str, float] = {}
+        sums: dict[str, float] = {"loss": 0.0}
+        # Rows whose gradient is exactly zero need no forward or backward pass (see skips_zero_advantage_rows);
+        # the denominators above stay those of the whole batch, so the gradient is unchanged.
+        live = torch.arange(B)
+        if self.skips_zero_advantage_rows(values):
+            live = (advantages != 0).any(-1).nonzero().squeeze(-1)
+        # the entropy metric of the whole batch, from the sampler when it recorded one (equal to the
+        # training-time entropy on the first pass, whose weights are the sampling weights)
+        sampled_entropy = batch.entropy is not None and cfg.num_iterations == 1
+        need_entropy = bool(cfg.entropy_coef) or not sampled_entropy
+        # Columns that are padding in every row to be trained (left of the longest prompt, right of the
+        # longest response) are dropped: padding enters no masked-in term, so nothing changes but the cost.
+        P = batch.prompt_ids.shape[1]
+        if len(live):
+            keep_p = int(batch.prompt_mask[live].sum(-1).max())
+            T = max(1, int(mask[live].sum(-1).max()))
+            input_ids, attention_mask = input_ids[:, P - keep_p:P + T], attention_mask[:, P - keep_p:P + T]
+        prompt_len = input_ids.shape[1] - T
+        mask, old_logprobs, advantages = mask[:, :T], old_logprobs[:, :T], advantages[:, :T]
+        ref_logprobs, returns, values = (None if x is None else x[:, :T] for x in (ref_logprobs, returns, values))
         self.model.train()
         for _ in range(cfg.num_iterations):
-            for start in range(0, B, mb):
-                rows = slice(start, start + mb)
-                logp, entropy = response_logprobs(self.model, input_ids[rows], attention_mask[rows], T,
-                                                  batch.temperature, return_entropy=True)
+            for start in range(0, len(live), mb):
+                rows = live[start:start + mb]
+                logp = self._policy_logprobs(input_ids, attention_mask, prompt_len, batch.index, rows,
+                                             batch.temperature, need_entropy)
+                if need_entropy:
+                    logp, entropy = logp
                 pg_loss, pg_metrics = call_with_supported(
                     self.policy_loss, old_log_prob=old_logprobs[rows], log_prob=logp, advantages=advantages[rows],
                     response_mask=mask[rows], clip_ratio_low=cfg.epsilon,
@@ -317,15 +343,16 @@ class Trainer:
                     self._check(k, "KL penalty", kl)
                     loss = loss + cfg.beta * kl
                     sums["kl"] = sums.get("kl", 0.0) + kl.item()
-                ent = agg_loss(entropy, mask[rows], **_agg_only(agg))
-                if cfg.entropy_coef:
-                    loss = loss - cfg.entropy_coef * ent
+                if need_entropy:
+                    ent = agg_loss(entropy, mask[rows], **_agg_only(agg))
+                    sums["entropy"] = sums.get("entropy", 0.0) + ent.item()
+                    if cfg.entropy_coef:
+                        loss = loss - cfg.entropy_coef * ent
                 loss.backward()
-                share = (rows.stop - start if rows.stop <= B else B - start) / B
+                share = len(rows) / len(live)  # metrics average over the rows trained
                 for name, value in pg_metrics.items():
                     sums[name] = sums.get(name, 0.0) + value * share
                 sums["loss"] = sums.get("loss", 0.0) + loss.item()
-                sums["entropy"] = sums.get("entropy", 0.0) + ent.item()
                 if self.value_model is not None:
                     vpreds = self.value_model.response_values(input_ids[rows], attention_mask[rows], T)
                     vf_loss, vf_clipfrac = compute_value_loss(vpreds, returns[rows], values[rows], mask[rows],
@@ -334,6 +361,10 @@ class Trainer:
                     (cfg.vf_coef * vf_loss).backward()
                     sums["vf_loss"] = sums.get("vf_loss", 0.0) + vf_loss.item()
                     sums["vf_clipfrac"] = sums.get("vf_clipfrac", 0.0) + vf_clipfrac * share
+            if len(live) == 0:  # every row skipped: the gradient is zero, and AdamW still steps its moments
+                for p in self.model.parameters():
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm or float("inf"))
             self._check(k, "gradient norm", grad_norm)
             self.optimizer.step()
@@ -345,7 +376,44 @@ class Trainer:
             sums["grad_norm"] = float(grad_norm)
         self.model.eval()
         n = cfg.num_iterations
-        return {key: (v / n if key != "grad_norm" else v) for key, v in sums.items()}
+        out = {key: (v / n if key != "grad_norm" else v) for key, v in sums.items()}
+        if sampled_entropy:
+            out["entropy"] = float(agg_loss(batch.entropy, batch.response_mask, **_agg_only(agg)))
+        out["frac_rows_trained"] = len(live) / B
+        return out
+
+    def _policy_logprobs(self, input_ids, attention_mask, prompt_len: int, index, rows, temperature: float,
+                         entropy: bool):
+        """The policy's log-probs (and entropies) of ``rows``, with gradient. When the rows of a group
+        share their prompt, each prompt goes through the model once (:func:`shared_prefix_logprobs`)."""
+        T = input_ids.shape[1] - prompt_len
+        if self.config.share_prompt_forward and lean_engine_supports(self.model):
+            groups, inverse = torch.unique(index[rows], return_inverse=True)
+            first = torch.empty(len(groups), dtype=torch.long)
+            first[inverse] = rows  # any row of each group: their prompts are checked equal below
+            prompts, prompt_mask = input_ids[first, :prompt_len], attention_mask[first, :prompt_len]
+            if torch.equal(prompts[inverse], input_ids[rows, :prompt_len]) and \
+                    torch.equal(prompt_mask[inverse], attention_mask[rows, :prompt_len]):
+                return shared_prefix_logprobs(self.model, prompts, prompt_mask, inverse, input_ids[rows, prompt_len:],
+                                              temperature, return_entropy=entropy)
+        return response_logprobs(self.model, input_ids[rows], attention_mask[rows], T, temperature,
+                                 return_entropy=entropy)
+
+    def skips_zero_advantage_rows(self, values=None) -> bool:
+        """Whether rows whose advantages are all zero can be left out of the update.
+
+        A row with zero advantages contributes exactly zero gradient when the only term of the loss
+        is a policy loss that vanishes with the advantage (``vanilla`` PPO-clip and ``pg`` declare
+        it with ``zero_at_zero_advantage``), no KL term is in the loss, no entropy bonus, and no
+        critic trains on the row; the aggregation's denominators come from the whole batch (every
+        ``loss_type`` except ``bnpo``). Groups whose samples all got the same reward are such rows,
+        a third of the batch or more once a policy is good. ``RLConfig(skip_zero_advantage_rows=False)``
+        turns this off.
+        """
+        cfg = self.config
+        return (cfg.skip_zero_advantage_rows and getattr(self.policy_loss, "zero_at_zero_advantage", False)
+                and (self.ref_model is None or cfg.kl_in_reward) and not cfg.entropy_coef
+                and values is None and self.value_model is None and cfg.loss_type != "bnpo")
 
     @staticmethod
     def _check(step: int, name: str, x: torch.Tensor) -> None:

@@ -4,8 +4,8 @@ import torch
 
 import rlcourse
 from rlcourse.lm import build_model, build_tokenizer, response_logprobs, sample
-from rlcourse.lm.engine import KVCache, lean_engine_supports, lean_forward
-from rlcourse.lm.model import position_ids_from_mask
+from rlcourse.lm.engine import KVCache, LeanWeights, lean_engine_supports, lean_forward
+from rlcourse.lm.model import position_ids_from_mask, shared_prefix_logprobs
 from rlcourse.lm.sampling import _draw, encode_prompts
 from rlcourse.lm.heads import ScalarHeadModel
 
@@ -37,11 +37,12 @@ def test_lean_forward_equals_transformers(tok, model):
                     position_ids=position_ids_from_mask(full_mask)).logits
         cache = KVCache.empty(model, len(PROMPTS), full_ids.shape[1])
         pos = position_ids_from_mask(mask)
-        got = [lean_forward(model, ids, pos, mask.bool(), cache)]
+        weights = LeanWeights.from_model(model)
+        got = [lean_forward(model, weights, ids, pos, mask.bool(), cache)]
         ok = torch.ones(len(PROMPTS), 1, dtype=torch.bool)
         for t in range(extra.shape[1]):
             pos = pos[:, -1:] + 1
-            got.append(lean_forward(model, extra[:, t:t + 1], pos, ok, cache))
+            got.append(lean_forward(model, weights, extra[:, t:t + 1], pos, ok, cache))
     P = ids.shape[1]
     for t, logits in enumerate(got):
         torch.testing.assert_close(logits, ref[:, P - 1 + t], atol=1e-5, rtol=1e-5)
@@ -63,6 +64,11 @@ def test_lean_and_hf_engines_sample_the_same(tok, model, temperature):
     recomputed = response_logprobs(model, lean.input_ids, lean.attention_mask, lean.response_len,
                                    lean.temperature) * lean.response_mask
     torch.testing.assert_close(recomputed, lean.logprobs, atol=1e-5, rtol=1e-5)
+    # the entropy recorded while sampling is the training-time entropy of the same weights
+    _, entropy = response_logprobs(model, lean.input_ids, lean.attention_mask, lean.response_len,
+                                   lean.temperature, return_entropy=True)
+    torch.testing.assert_close(entropy * lean.response_mask, lean.entropy, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(hf.entropy, lean.entropy, atol=1e-5, rtol=1e-5)
 
 
 def test_draw_matches_the_distribution_and_skips_zero_mass():
@@ -85,10 +91,46 @@ def test_lean_engine_errors(tok, model):
     cache = KVCache.empty(model, 2, 3)
     ids = torch.full((2, 4), 5)
     with pytest.raises(ValueError, match="KV cache holds 3 positions; 4"):
-        lean_forward(model, ids, torch.arange(4).expand(2, 4), torch.ones(2, 4, dtype=torch.bool), cache)
+        lean_forward(model, LeanWeights.from_model(model), ids, torch.arange(4).expand(2, 4),
+                     torch.ones(2, 4, dtype=torch.bool), cache)
     head = ScalarHeadModel.from_policy(model)
     assert lean_engine_supports(model) and not lean_engine_supports(head)
     with pytest.raises(ValueError, match="engine must be"):
         sample(model, tok, PROMPTS, engine="vllm")
     with pytest.raises(ValueError, match="lean engine runs LlamaForCausalLM"):
         sample(head, tok, PROMPTS, engine="lean")
+
+
+def test_shared_prefix_logprobs_equal_full_forward_with_gradients(tok, model):
+    """Running each prompt once and copying its keys and values to its G responses changes neither the
+    log-probs, nor the entropies, nor the gradient with respect to any parameter."""
+    batch = sample(model, tok, PROMPTS, num_generations=3, max_new_tokens=8, temperature=1.0,
+                   generator=torch.Generator().manual_seed(2))
+    first = torch.arange(len(PROMPTS)) * 3
+    weights = torch.randn(batch.response_ids.shape, generator=torch.Generator().manual_seed(3)) * batch.response_mask
+    results = []
+    for shared in (False, True):
+        model.zero_grad()
+        if shared:
+            logp, ent = shared_prefix_logprobs(model, batch.prompt_ids[first], batch.prompt_mask[first], batch.index,
+                                               batch.response_ids, batch.temperature, return_entropy=True)
+        else:
+            logp, ent = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_len,
+                                          batch.temperature, return_entropy=True)
+        ((logp + 0.1 * ent) * weights).sum().backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results.append((logp * batch.response_mask, ent * batch.response_mask, grads))
+    model.zero_grad()
+    for full, shared in zip(*results):
+        torch.testing.assert_close(shared, full, atol=2e-5, rtol=1e-4)
+
+
+def test_shared_prefix_logprobs_errors(tok, model):
+    ids, mask = encode_prompts(tok, PROMPTS)
+    resp = torch.full((2, 3), 5)
+    with pytest.raises(ValueError, match="group holds rows outside"):
+        shared_prefix_logprobs(model, ids, mask, torch.tensor([0, len(PROMPTS)]), resp)
+    with pytest.raises(ValueError, match="shapes do not fit"):
+        shared_prefix_logprobs(model, ids, mask, torch.tensor([0]), resp)
+    with pytest.raises(ValueError, match="bias-free LlamaForCausalLM"):
+        shared_prefix_logprobs(ScalarHeadModel.from_policy(model), ids, mask, torch.tensor([0, 1]), resp)

@@ -173,3 +173,53 @@ def test_reward_model_learns_a_simple_preference(tiny):
         rr = reward_model_scores(rm, tiny[1], [p.prompt for p in test], [p.rejected for p in test])
     assert float((rc > rr).float().mean()) > 0.8
     assert log[-1]["loss"] < log[0]["loss"]
+
+
+@register_reward("test_half_constant")
+def half_constant_reward(batch, examples, task, state):
+    """Even groups get one constant reward (zero advantage), odd groups the digit fraction."""
+    digits = digit_reward(batch, examples, task, state)
+    return torch.where(batch.index % 2 == 0, torch.full_like(digits, 0.5), digits)
+
+
+@register_reward("test_zero")
+def zero_reward(batch, examples, task, state):
+    return torch.zeros(len(batch))
+
+
+@pytest.mark.parametrize("reward", ["test_half_constant", "test_zero"])
+def test_skipping_zero_advantage_rows_leaves_the_update_unchanged(tiny, reward):
+    runs = {}
+    for skip in (True, False):
+        tr = make(tiny, reward=reward, skip_zero_advantage_rows=skip, steps=3, prompts_per_step=4)
+        assert tr.skips_zero_advantage_rows() == skip
+        runs[skip] = (params(tr.model), tr.train(), params(tr.model))
+    (before, skipped, after_skip), (_, full, after_full) = runs[True], runs[False]
+    torch.testing.assert_close(after_skip, after_full, atol=1e-6, rtol=1e-5)
+    assert all(h["frac_rows_trained"] <= 0.5 for h in skipped) and all(h["frac_rows_trained"] == 1 for h in full)
+    for a, b in zip(skipped, full):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-5)
+    if reward == "test_zero":  # no signal at all: no row trained, and the weights did not move
+        assert all(h["frac_rows_trained"] == 0 for h in skipped) and torch.equal(before, after_skip)
+    else:
+        assert not torch.equal(before, after_skip)
+
+
+def test_no_skipping_when_a_zero_advantage_row_still_has_a_gradient(tiny):
+    assert not make(tiny, beta=0.1).skips_zero_advantage_rows()  # the KL term pulls every row
+    assert make(tiny, beta=0.1, kl_in_reward=True).skips_zero_advantage_rows()
+    assert not make(tiny, entropy_coef=0.01).skips_zero_advantage_rows()
+    assert not make(tiny, loss_type="bnpo").skips_zero_advantage_rows()  # per-micro-batch denominators
+    assert not make(tiny, advantage_estimator="gae").skips_zero_advantage_rows()  # the critic trains on every row
+    assert not make(tiny, policy_loss=lambda **kw: (kw["log_prob"].sum() * 0, {})).skips_zero_advantage_rows()
+
+
+def test_sharing_the_prompt_forward_leaves_the_update_unchanged(tiny):
+    after = {}
+    for share in (True, False):
+        tr = make(tiny, share_prompt_forward=share, steps=2, prompts_per_step=3, micro_batch_size=5)
+        hist = tr.train()
+        after[share] = (params(tr.model), [h["loss"] for h in hist])
+    torch.testing.assert_close(after[True][0], after[False][0], atol=1e-6, rtol=1e-5)
+    assert after[True][1] == pytest.approx(after[False][1], abs=1e-6)

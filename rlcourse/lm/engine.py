@@ -1,14 +1,16 @@
 """A lean decoding engine for the tiny Llama: the same weights and the same numbers, less overhead.
 
 RL systems sample with an inference engine (vLLM, SGLang) and train with another (FSDP, DeepSpeed);
-the two read the same weights and must agree on the log-probabilities, or the "on-policy" update is
-quietly off-policy. This module is rlcourse's inference engine in miniature. It reads the
-parameters of a ``transformers`` ``LlamaForCausalLM`` in place (nothing is copied, so it always
-sees the current weights), keeps the keys and values of every layer in one preallocated cache, and
-runs a forward pass as a dozen tensor operations. For a model of a few hundred thousand parameters
-the work per decode step is tiny and Python overhead dominates; skipping the general machinery of
-``LlamaForCausalLM.forward`` (cache objects, mask builders, output classes) makes sampling several
-times faster. ``tests/test_engine.py`` checks that its logits equal the reference implementation's.
+the two hold the same weights and must agree on the log-probabilities, or the "on-policy" update is
+quietly off-policy. This module is rlcourse's inference engine in miniature. At the start of each
+rollout it lays the current parameters of a ``transformers`` ``LlamaForCausalLM`` out for decoding
+(:class:`LeanWeights`: the query, key and value projections in one matrix, the gate and up
+projections in another, a table of rotary angles; the "weight sync" of a real engine), keeps the keys
+and values of every layer in one preallocated cache, and runs a forward pass as a dozen tensor
+operations. For a model of a few hundred thousand parameters the work per decode step is tiny and
+per-operation overhead dominates, so skipping the general machinery of ``LlamaForCausalLM.forward``
+(cache objects, mask builders, output classes) and fusing the projections makes sampling faster.
+``tests/test_engine.py`` checks that its logits equal the reference implementation's.
 """
 from __future__ import annotations
 
@@ -20,11 +22,47 @@ from transformers import LlamaForCausalLM
 
 
 def lean_engine_supports(model: torch.nn.Module) -> bool:
-    """True for a ``LlamaForCausalLM`` with the default rotary embedding (what :func:`build_model` makes)."""
+    """True for a ``LlamaForCausalLM`` without biases and with the default rotary embedding (what
+    :func:`~rlcourse.lm.build_model` makes)."""
     if not isinstance(model, LlamaForCausalLM):
         return False
-    rotary = model.model.rotary_emb
-    return getattr(rotary, "rope_type", "default") == "default" and not model.config.attention_dropout
+    cfg = model.config
+    return (getattr(model.model.rotary_emb, "rope_type", "default") == "default" and not cfg.attention_dropout
+            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False))
+
+
+@dataclass
+class LeanWeights:
+    """The model's parameters laid out for decoding, built once per rollout (no gradient).
+
+    ========= =============================== =============================================
+    qkv       ``n_layers x (3 H D, d)``        query, key and value projections stacked
+    gate_up   ``n_layers x (2 F, d)``          gate and up projections of the MLP stacked
+    cos, sin  ``(L_max, D)``                   rotary angles of every position, scaled
+    ========= =============================== =============================================
+    """
+
+    qkv: list[torch.Tensor]
+    gate_up: list[torch.Tensor]
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    @classmethod
+    @torch.no_grad()
+    def from_model(cls, model: LlamaForCausalLM) -> "LeanWeights":
+        layers = model.model.layers
+        rotary = model.model.rotary_emb
+        positions = torch.arange(model.config.max_position_embeddings, device=rotary.inv_freq.device)
+        freqs = positions[:, None].float() * rotary.inv_freq.float()[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        dtype = model.model.embed_tokens.weight.dtype
+        return cls(
+            qkv=[torch.cat([l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight])
+                 for l in layers],
+            gate_up=[torch.cat([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]) for l in layers],
+            cos=(angles.cos() * rotary.attention_scaling).to(dtype),
+            sin=(angles.sin() * rotary.attention_scaling).to(dtype),
+        )
 
 
 @dataclass
@@ -54,7 +92,6 @@ class KVCache:
                    values=[p.new_empty(shape) for _ in range(cfg.num_hidden_layers)],
                    key_ok=torch.zeros(batch, capacity, dtype=torch.bool, device=p.device))
 
-
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only the given rows (an index tensor, repeats allowed), in that order."""
         self.keys = [k.index_select(0, rows) for k in self.keys]
@@ -69,29 +106,14 @@ def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
     return norm.weight * h.to(x.dtype)
 
 
-def rotary_cos_sin(model: LlamaForCausalLM, positions: torch.Tensor, dtype: torch.dtype):
-    """Cosines and sines of the rotary embedding.
-
-    ========= ========= ==========================================
-    positions ``(B,n)``  long position ids
-    returns   2 x ``(B,1,n,D)`` cos and sin, ready to broadcast over heads
-    ========= ========= ==========================================
-    """
-    rotary = model.model.rotary_emb
-    freqs = positions[..., None].float() * rotary.inv_freq.float()
-    emb = torch.cat((freqs, freqs), dim=-1)
-    scale = rotary.attention_scaling
-    return (emb.cos() * scale).to(dtype)[:, None], (emb.sin() * scale).to(dtype)[:, None]
-
-
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Apply the rotary embedding to ``x`` of shape ``(B,H,n,D)``: pairs ``(i, i + D/2)`` rotate together."""
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def lean_forward(model: LlamaForCausalLM, input_ids: torch.Tensor, positions: torch.Tensor,
-                 input_ok: torch.Tensor, cache: KVCache) -> torch.Tensor:
+def lean_forward(model: LlamaForCausalLM, weights: LeanWeights, input_ids: torch.Tensor,
+                 positions: torch.Tensor, input_ok: torch.Tensor, cache: KVCache) -> torch.Tensor:
     """Run ``n`` new tokens per row through the model, append their keys and values to ``cache``
     and return the logits of the last one.
 
@@ -99,6 +121,7 @@ def lean_forward(model: LlamaForCausalLM, input_ids: torch.Tensor, positions: to
     itself, so that no row of the attention is empty (its output is never used).
 
     ========== ========= =======================================================
+    weights    LeanWeights  :meth:`LeanWeights.from_model` of the same model
     input_ids  ``(B,n)``  new tokens (the left-padded prompt, or one sampled token)
     positions  ``(B,n)``  their position ids
     input_ok   ``(B,n)``  bool, False on padding
@@ -111,28 +134,30 @@ def lean_forward(model: LlamaForCausalLM, input_ids: torch.Tensor, positions: to
     if end > cache.key_ok.shape[1]:
         raise ValueError(f"the KV cache holds {cache.key_ok.shape[1]} positions; {end} were asked for")
     cache.key_ok[:, start:end] = input_ok
-    key_pos = torch.arange(end, device=input_ids.device)
-    query_pos = torch.arange(start, end, device=input_ids.device)
-    causal = key_pos[None, :] <= query_pos[:, None]                          # (n, end)
-    allowed = (causal[None] & cache.key_ok[:, None, :end]) | (key_pos[None, None, :] == query_pos[None, :, None])
-    allowed = allowed[:, None]                                               # (B, 1, n, end)
+    if n == 1:  # one real token per row: it sees every real key so far, itself included
+        allowed = cache.key_ok[:, None, None, :end]
+    else:
+        key_pos = torch.arange(end, device=input_ids.device)
+        query_pos = torch.arange(start, end, device=input_ids.device)
+        causal = key_pos[None, :] <= query_pos[:, None]                      # (n, end)
+        itself = key_pos[None, :] == query_pos[:, None]
+        allowed = ((causal[None] & cache.key_ok[:, None, :end]) | itself[None])[:, None]  # (B, 1, n, end)
 
     x = model.model.embed_tokens(input_ids)
-    cos, sin = rotary_cos_sin(model, positions, x.dtype)
+    cos, sin = weights.cos[positions][:, None], weights.sin[positions][:, None]  # (B, 1, n, D)
     for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn
         h = rms_norm(x, layer.input_layernorm)
-        q = F.linear(h, attn.q_proj.weight, attn.q_proj.bias).view(B, n, -1, attn.head_dim).transpose(1, 2)
-        k = F.linear(h, attn.k_proj.weight, attn.k_proj.bias).view(B, n, -1, attn.head_dim).transpose(1, 2)
-        v = F.linear(h, attn.v_proj.weight, attn.v_proj.bias).view(B, n, -1, attn.head_dim).transpose(1, 2)
+        q, k, v = F.linear(h, weights.qkv[i]).view(B, n, -1, attn.head_dim).transpose(1, 2).split(
+            [attn.config.num_attention_heads, cache.keys[i].shape[1], cache.keys[i].shape[1]], dim=1)
         cache.keys[i][:, :, start:end] = rotate(k, cos, sin)
         cache.values[i][:, :, start:end] = v
         out = F.scaled_dot_product_attention(
             rotate(q, cos, sin), cache.keys[i][:, :, :end], cache.values[i][:, :, :end], attn_mask=allowed,
             scale=attn.scaling, enable_gqa=attn.num_key_value_groups > 1)
-        x = x + F.linear(out.transpose(1, 2).reshape(B, n, -1), attn.o_proj.weight, attn.o_proj.bias)
+        x = x + F.linear(out.transpose(1, 2).reshape(B, n, -1), attn.o_proj.weight)
         h = rms_norm(x, layer.post_attention_layernorm)
-        mlp = layer.mlp
-        x = x + mlp.down_proj(mlp.act_fn(mlp.gate_proj(h)) * mlp.up_proj(h))
+        gate, up = F.linear(h, weights.gate_up[i]).chunk(2, dim=-1)
+        x = x + F.linear(layer.mlp.act_fn(gate) * up, layer.mlp.down_proj.weight)
     cache.length = end
     return model.lm_head(rms_norm(x[:, -1], model.model.norm))

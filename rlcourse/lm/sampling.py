@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .engine import KVCache, lean_engine_supports, lean_forward
+from .engine import KVCache, LeanWeights, lean_engine_supports, lean_forward
 from .model import position_ids_from_mask
 
 
@@ -30,6 +30,8 @@ class RolloutBatch:
     truncated        ``(B,)``  bool, True where no EOS came within ``max_new_tokens``
     prompts, texts   ``B``     prompt strings and decoded responses (special tokens removed)
     temperature      float     the temperature the log-probs were taken at
+    entropy          ``(B,T)`` entropy of the tempered next-token distribution; 0 where masked
+                               (None if the sampler did not record it)
     ================ ========= ================================================================
     """
 
@@ -43,6 +45,7 @@ class RolloutBatch:
     prompts: list[str]
     texts: list[str]
     temperature: float
+    entropy: torch.Tensor | None = None
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -71,6 +74,8 @@ class RolloutBatch:
         pick = [int(r) for r in rows]
         tensors = {k: getattr(self, k)[rows] for k in
                    ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "logprobs", "index", "truncated")}
+        if self.entropy is not None:
+            tensors["entropy"] = self.entropy[rows]
         return replace(self, **tensors, prompts=[self.prompts[i] for i in pick], texts=[self.texts[i] for i in pick])
 
 
@@ -134,9 +139,10 @@ def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_token
         return out.logits[:, -1], advance_hf
 
     N = ids.shape[0]
+    weights = LeanWeights.from_model(model)
     cache = KVCache.empty(model, N, ids.shape[1] + max_new_tokens)
     positions = position_ids_from_mask(mask)
-    first = lean_forward(model, ids, positions, mask.bool(), cache)
+    first = lean_forward(model, weights, ids, positions, mask.bool(), cache)
     per_row = torch.arange(N, device=ids.device).repeat_interleave(G)
     cache.select_rows(per_row)
     lean = {"live": torch.arange(N * G, device=ids.device), "pos": positions[per_row, -1:]}
@@ -151,7 +157,7 @@ def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_token
             lean["live"] = live
         lean["pos"] = lean["pos"] + 1
         ok = torch.ones(len(live), 1, dtype=torch.bool, device=tok.device)
-        logits = lean_forward(model, tok[live, None], lean["pos"], ok, cache)
+        logits = lean_forward(model, weights, tok[live, None], lean["pos"], ok, cache)
         return logits.new_zeros(len(done), logits.shape[-1]).index_copy_(0, live, logits)
     return first.repeat_interleave(G, 0), advance_lean
 
@@ -218,26 +224,30 @@ def sample(
     temp = 1.0 if greedy else float(temperature)
 
     was_training = model.training
-    model.eval()
+    if was_training:  # (toggling walks every submodule: skip it when the model is already in eval mode)
+        model.eval()
     logits, advance = _decoder(model, ids, mask, G, max_new_tokens, engine)
-    tokens, logps = [], []
+    tokens, logps, entropies = [], [], []
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
         logits = logits.float() / temp
         logp_all = torch.log_softmax(logits, dim=-1)
+        p_all = logp_all.exp()
         if greedy:
             tok = logits.argmax(-1)
         else:
-            probs = torch.softmax(filter_logits(logits, top_k, top_p), dim=-1)
+            probs = p_all if top_k == 0 and top_p == 1.0 else torch.softmax(filter_logits(logits, top_k, top_p), dim=-1)
             tok = _draw(probs.cpu() if generator is not None else probs, generator).to(device)
         tok = torch.where(done, torch.full_like(tok, pad), tok)
         tokens.append(tok)
         logps.append(torch.where(done, torch.zeros_like(logits[:, 0]), logp_all.gather(-1, tok[:, None]).squeeze(-1)))
+        entropies.append(torch.where(done, torch.zeros_like(logits[:, 0]), -(p_all * logp_all).sum(-1)))
         done = done | (tok == eos)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         logits = advance(tok, done)
-    model.train(was_training)
+    if was_training:
+        model.train()
 
     response_ids = torch.stack(tokens, 1)
     is_eos = (response_ids == eos).long()
@@ -251,5 +261,5 @@ def sample(
         logprobs=torch.stack(logps, 1) * response_mask,
         index=torch.arange(len(prompts), device=device).repeat_interleave(G),
         truncated=truncated, prompts=[p for p in prompts for _ in range(G)], texts=texts,
-        temperature=temp,
+        temperature=temp, entropy=torch.stack(entropies, 1) * response_mask,
     )
