@@ -6,7 +6,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
-export MPLBACKEND := Agg
+# Chapters glue matplotlib figures: their kernels need the inline backend (not Agg) for a figure's
+# output to carry a PNG; scripts and tests without a kernel use Agg (tests/conftest.py).
+INLINE := module://matplotlib_inline.backend_inline
 
 .PHONY: book test claims bench venv clean
 
@@ -22,7 +24,7 @@ $(STAMP): pyproject.toml
 # Execute every chapter in the book profile and build the HTML into _build/html.
 # The execution cache means a second run re-executes only the chapters that changed.
 book: $(STAMP)
-	RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
+	RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
 # Unit tests, then every chapter and capstone executed in the smoke profile.
 test: $(STAMP)

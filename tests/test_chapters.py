@@ -45,9 +45,26 @@ def test_every_chapter_file_is_in_the_toc():
 CHAPTERS = [s for s in toc_files() if executable(s)]
 
 
+def glued_figures_without_image(nb) -> list[str]:
+    """Names of glued outputs that are matplotlib figures but carry no PNG (the book would show the
+    figure's repr, ``<Figure size ...>``, instead of the plot)."""
+    missing = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            record = out.get("metadata", {}).get("scrapbook", {})
+            prefix = record.get("mime_prefix", "")
+            data = {key[len(prefix):] if key.startswith(prefix) else key: v for key, v in out.get("data", {}).items()}
+            name = record.get("name")
+            if name and str(data.get("text/plain", "")).startswith("<Figure") and "image/png" not in data:
+                missing.append(name)
+    return missing
+
+
 @pytest.mark.chapters
 @pytest.mark.parametrize("stem", CHAPTERS)
-def test_chapter_executes_in_smoke_profile(stem):
+def test_chapter_executes_in_smoke_profile(stem, monkeypatch):
+    # the kernel gets the backend a reader's kernel (and `make book`) has, so figures render to PNG
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     nb = jupytext.read(ROOT / f"{stem}.md")
     client = nbclient.NotebookClient(nb, timeout=CHAPTER_TIME_LIMIT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str((ROOT / stem).parent)}})
@@ -55,3 +72,5 @@ def test_chapter_executes_in_smoke_profile(stem):
     client.execute()
     elapsed = time.perf_counter() - start
     assert elapsed < CHAPTER_TIME_LIMIT_S, f"{stem} took {elapsed:.0f} s in the smoke profile"
+    missing = glued_figures_without_image(nb)
+    assert not missing, f"{stem}: glued figures without an image: {missing}"
