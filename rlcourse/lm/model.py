@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from ..profiles import Profile, profile as current_profile
+from .engine import lean_engine_supports, rms_norm, rotate
 
 
 def build_model(tokenizer: PreTrainedTokenizerBase, prof: Profile | None = None, seed: int = 0) -> LlamaForCausalLM:
@@ -125,8 +126,6 @@ def shared_prefix_logprobs(
     (entropy)    ``(B,T)``   entropy of the tempered next-token distribution
     ============ ========== ==========================================================
     """
-    from .engine import lean_engine_supports, rms_norm, rotate
-
     if not lean_engine_supports(model):
         raise ValueError(f"shared_prefix_logprobs runs a bias-free LlamaForCausalLM, not {type(model).__name__}")
     if prompt_ids.shape != prompt_mask.shape or group.ndim != 1 or group.shape[0] != response_ids.shape[0]:
