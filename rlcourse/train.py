@@ -171,7 +171,9 @@ class Trainer:
     Besides the learning metrics, each step logs the wall-clock seconds of its stages
     (``time_rollout``, ``time_reward``, ``time_reference``, ``time_update``, and ``step_seconds`` in
     all) and the tokens it processed (``prompt_tokens``, ``response_tokens``), which is what a model
-    of the RL system's throughput (:mod:`rlcourse.systems`) needs as input.
+    of the RL system's throughput (:mod:`rlcourse.systems`) needs as input, and
+    ``frac_rows_trained``, the share of rows that went through the update (rows of exactly zero
+    gradient are skipped; see :meth:`skips_zero_advantage_rows`).
     """
 
     def __init__(self, model, tokenizer, task: Task | str, config: RLConfig | None = None, *,
@@ -306,7 +308,7 @@ class Trainer:
         sums: dict[str, float] = {"loss": 0.0}
         # Rows whose gradient is exactly zero need no forward or backward pass (see skips_zero_advantage_rows);
         # the denominators above stay those of the whole batch, so the gradient is unchanged.
-        live = torch.arange(B)
+        live = torch.arange(B, device=advantages.device)
         if self.skips_zero_advantage_rows(values):
             live = (advantages != 0).any(-1).nonzero().squeeze(-1)
         # the entropy metric of the whole batch, from the sampler when it recorded one (equal to the
@@ -389,7 +391,7 @@ class Trainer:
         T = input_ids.shape[1] - prompt_len
         if self.config.share_prompt_forward and lean_engine_supports(self.model):
             groups, inverse = torch.unique(index[rows], return_inverse=True)
-            first = torch.empty(len(groups), dtype=torch.long)
+            first = rows.new_empty(len(groups))
             first[inverse] = rows  # any row of each group: their prompts are checked equal below
             prompts, prompt_mask = input_ids[first, :prompt_len], attention_mask[first, :prompt_len]
             if torch.equal(prompts[inverse], input_ids[rows, :prompt_len]) and \
