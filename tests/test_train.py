@@ -199,6 +199,7 @@ def test_skipping_zero_advantage_rows_leaves_the_update_unchanged(tiny, reward):
     assert all(h["frac_rows_trained"] <= 0.5 for h in skipped) and all(h["frac_rows_trained"] == 1 for h in full)
     for a, b in zip(skipped, full):
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5, abs=1e-8)  # AdamW alone hides a rescaling
         assert a["entropy"] == pytest.approx(b["entropy"], rel=1e-5)
     if reward == "test_zero":  # no signal at all: no row trained, and the weights did not move
         assert all(h["frac_rows_trained"] == 0 for h in skipped) and torch.equal(before, after_skip)
@@ -220,6 +221,7 @@ def test_sharing_the_prompt_forward_leaves_the_update_unchanged(tiny):
     for share in (True, False):
         tr = make(tiny, share_prompt_forward=share, steps=2, prompts_per_step=3, micro_batch_size=5)
         hist = tr.train()
-        after[share] = (params(tr.model), [h["loss"] for h in hist])
+        after[share] = (params(tr.model), [h["loss"] for h in hist], [h["grad_norm"] for h in hist])
     torch.testing.assert_close(after[True][0], after[False][0], atol=1e-6, rtol=1e-5)
     assert after[True][1] == pytest.approx(after[False][1], abs=1e-6)
+    assert after[True][2] == pytest.approx(after[False][2], rel=1e-5)

@@ -150,6 +150,18 @@ def _rows(traj: Trajectory) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, t
             traj.xs[1:].reshape(K * B, D), traj.logp.reshape(K * B))
 
 
+def _adam_epochs(opt, n: int, minibatch: int, epochs: int, gen: torch.Generator, loss_of) -> None:
+    """``epochs`` passes over ``n`` rows in shuffled minibatches; ``loss_of(rows)`` is the loss of
+    the rows (a long index tensor), and each minibatch takes one optimiser step on it."""
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=gen)
+        for s in range(0, n, minibatch):
+            loss = loss_of(perm[s:s + minibatch])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
 def train_fdfo(model: VelocityMLP, reward_fn, iters: int, pairs: int, lr: float, steps: int = 20,
                churn: float = 0.3, eps: float = 0.03, minibatch: int = 256, epochs: int = 1,
                seed: int = 0, eval_fn=None, eval_every: int = 5) -> dict:
@@ -172,15 +184,8 @@ def train_fdfo(model: VelocityMLP, reward_fn, iters: int, pairs: int, lr: float,
         dR, u = fd_flow_targets(traj.xs[-1][:pairs], traj.xs[-1][pairs:], R[:pairs], R[pairs:])
         x, t, v, _, _ = _rows(traj)
         uu, dd = u.repeat(steps, 1), dR.repeat(steps)  # row k*B + b belongs to run b
-        n = len(x)
-        for _ in range(epochs):
-            perm = torch.randperm(n, generator=gen)
-            for s in range(0, n, minibatch):
-                i = perm[s:s + minibatch]
-                loss = fdfo_loss(model, x[i], t[i], v[i], uu[i], dd[i], eps)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+        _adam_epochs(opt, len(x), minibatch, epochs, gen,
+                     lambda i: fdfo_loss(model, x[i], t[i], v[i], uu[i], dd[i], eps))
         if eval_fn and ((it + 1) % eval_every == 0 or it + 1 == iters):
             log["calls"].append(calls)
             log["eval"].append(eval_fn(model))
@@ -206,15 +211,8 @@ def train_ddpo(model: VelocityMLP, reward_fn, iters: int, batch: int, lr: float,
         A = (R - R.mean()) / (R.std(unbiased=False) + 1e-4)
         x, t, _, x_next, old_logp = _rows(traj)
         adv = A.repeat(steps)
-        n = len(x)
-        for _ in range(epochs):
-            perm = torch.randperm(n, generator=gen)
-            for s in range(0, n, minibatch):
-                i = perm[s:s + minibatch]
-                loss = ddpo_loss(model, x[i], t[i], x_next[i], old_logp[i], adv[i], h, noise, clip)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
+        _adam_epochs(opt, len(x), minibatch, epochs, gen,
+                     lambda i: ddpo_loss(model, x[i], t[i], x_next[i], old_logp[i], adv[i], h, noise, clip))
         if eval_fn and ((it + 1) % eval_every == 0 or it + 1 == iters):
             log["calls"].append(calls)
             log["eval"].append(eval_fn(model))

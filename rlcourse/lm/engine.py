@@ -51,18 +51,29 @@ class LeanWeights:
     @torch.no_grad()
     def from_model(cls, model: LlamaForCausalLM) -> "LeanWeights":
         layers = model.model.layers
-        rotary = model.model.rotary_emb
-        positions = torch.arange(model.config.max_position_embeddings, device=rotary.inv_freq.device)
-        freqs = positions[:, None].float() * rotary.inv_freq.float()[None, :]
-        angles = torch.cat((freqs, freqs), dim=-1)
+        positions = torch.arange(model.config.max_position_embeddings, device=model.model.rotary_emb.inv_freq.device)
+        cos, sin = rotary_angles(model, positions)
         dtype = model.model.embed_tokens.weight.dtype
         return cls(
             qkv=[torch.cat([l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight])
                  for l in layers],
             gate_up=[torch.cat([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]) for l in layers],
-            cos=(angles.cos() * rotary.attention_scaling).to(dtype),
-            sin=(angles.sin() * rotary.attention_scaling).to(dtype),
+            cos=cos.to(dtype), sin=sin.to(dtype),
         )
+
+
+def rotary_angles(model: LlamaForCausalLM, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled cosines and sines of the default rotary embedding, as ``LlamaRotaryEmbedding`` computes them.
+
+    ========= ========== ============================================
+    positions ``(...,)``  long position ids
+    returns   2 x ``(...,D)`` float32 cos and sin (angles repeated over both halves)
+    ========= ========== ============================================
+    """
+    rotary = model.model.rotary_emb
+    freqs = positions[..., None].float() * rotary.inv_freq.float()
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos() * rotary.attention_scaling, angles.sin() * rotary.attention_scaling
 
 
 @dataclass

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from ..profiles import Profile, profile as current_profile
-from .engine import lean_engine_supports, rms_norm, rotate
+from .engine import lean_engine_supports, rms_norm, rotary_angles, rotate
 
 
 def build_model(tokenizer: PreTrainedTokenizerBase, prof: Profile | None = None, seed: int = 0) -> LlamaForCausalLM:
@@ -90,12 +90,17 @@ def response_logprobs(
     out = model(input_ids=input_ids, attention_mask=attention_mask,
                 position_ids=position_ids_from_mask(attention_mask), use_cache=False, logits_to_keep=T + 1)
     logits = out.logits[:, :-1, :]  # (B, T, V): scores for the T response tokens
-    logp = logprobs_from_logits(logits, input_ids[:, -T:], temperature)
+    return _logprobs_and_entropy(logits, input_ids[:, -T:], temperature, return_entropy)
+
+
+def _logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float, return_entropy: bool):
+    """:func:`logprobs_from_logits`, and with ``return_entropy`` also the ``(B,T)`` entropy of the
+    tempered next-token distribution."""
+    logp = logprobs_from_logits(logits, labels, temperature)
     if not return_entropy:
         return logp
     logz = torch.log_softmax(logits.float() / temperature, dim=-1)
-    entropy = -(logz.exp() * logz).sum(-1)
-    return logp, entropy
+    return logp, -(logz.exp() * logz).sum(-1)
 
 
 def shared_prefix_logprobs(
@@ -144,16 +149,9 @@ def shared_prefix_logprobs(
     # of their group, then causal over the response
     allowed_p = (((p_idx[None, :] <= p_idx[:, None])[None] & ok[:, None, :]) | (p_idx[None, :] == p_idx[:, None])[None])
     allowed_r = torch.cat([ok[group][:, None, :].expand(B, T, P), (r_idx[None, :] <= r_idx[:, None])[None].expand(B, T, T)], -1)
-    rotary = model.model.rotary_emb
-
-    def angles(pos):
-        freqs = pos[..., None].float() * rotary.inv_freq.float()
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * rotary.attention_scaling)[:, None], (emb.sin() * rotary.attention_scaling)[:, None]
-
     # every position-wise operation runs once on the packed rows [prompt tokens; response tokens]
     NP = N * P
-    (cos_p, sin_p), (cos_r, sin_r) = angles(pos_p), angles(pos_r)
+    (cos_p, sin_p), (cos_r, sin_r) = rotary_angles(model, pos_p), rotary_angles(model, pos_r)
     cos = torch.cat([cos_p.reshape(NP, -1), cos_r.reshape(B * T, -1)])[:, None]  # (NP + BT, 1, D)
     sin = torch.cat([sin_p.reshape(NP, -1), sin_r.reshape(B * T, -1)])[:, None]
     x = model.model.embed_tokens(torch.cat([prompt_ids.reshape(-1), response_ids.reshape(-1)]))  # (NP + BT, d)
@@ -177,8 +175,4 @@ def shared_prefix_logprobs(
     x_p, x_r = x[:NP].view(N, P, -1), x[NP:].view(B, T, -1)
     hidden = torch.cat([x_p[group, -1:], x_r[:, :-1]], 1)
     logits = model.lm_head(rms_norm(hidden, model.model.norm))
-    logp = logprobs_from_logits(logits, response_ids, temperature)
-    if not return_entropy:
-        return logp
-    logz = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp, -(logz.exp() * logz).sum(-1)
+    return _logprobs_and_entropy(logits, response_ids, temperature, return_entropy)

@@ -194,8 +194,8 @@ def sample(
     the samples are therefore slightly off-policy with respect to those log-probs.
 
     ``engine`` picks the forward pass: ``"hf"`` calls the ``transformers`` model with its KV cache;
-    ``"lean"`` runs the same weights through :func:`rlcourse.lm.engine.lean_forward` (several times
-    faster on the tiny model, same logits up to float rounding); ``"auto"`` takes ``"lean"`` when the
+    ``"lean"`` runs the same weights through :func:`rlcourse.lm.engine.lean_forward` (faster on
+    the tiny model, same logits up to float rounding); ``"auto"`` takes ``"lean"`` when the
     model supports it.
     """
     if num_generations < 1:
