@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml
 
 # Execute every chapter in the book profile and build the HTML into _build/html.
 # The execution cache means a second run re-executes only the chapters that changed.
+# Chapters record their verdicts in _build/ledger; reports/reproduction.md (always re-executed, and
+# read last) turns them into the "Reproduction status" page.
 book: $(STAMP)
-	RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
+	RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
 # Unit tests, then every chapter and capstone executed in the smoke profile.
 test: $(STAMP)

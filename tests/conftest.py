@@ -14,6 +14,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 if "RLCOURSE_TEST_KEEP_CACHE" not in os.environ:
     os.environ["RLCOURSE_CACHE"] = tempfile.mkdtemp(prefix="rlcourse-test-cache-")
 
+# chapters executed by the tests record their verdicts here, not in the user's ledger
+os.environ.setdefault("RLCOURSE_LEDGER", tempfile.mkdtemp(prefix="rlcourse-test-ledger-"))
+
 import torch  # noqa: E402
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
