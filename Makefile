@@ -26,6 +26,7 @@ $(STAMP): pyproject.toml
 # Chapters record their verdicts in _build/ledger; reports/reproduction.md (always re-executed, and
 # read last) turns them into the "Reproduction status" page.
 book: $(STAMP)
+	touch reports/reproduction.md  # Sphinx re-reads (and so re-executes) only files that changed
 	RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
 # Unit tests, then every chapter and capstone executed in the smoke profile.

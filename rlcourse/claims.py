@@ -350,9 +350,10 @@ def read_ledger(directory: str | Path | None = None) -> list[dict]:
     return sorted(rows, key=lambda r: r["claim"]["key"])
 
 
-def ledger_markdown(rows: Sequence[dict]) -> str:
+def ledger_markdown(rows: Sequence[dict], chapter_link=None) -> str:
     """The ledger as a Markdown table: paper, claim, our setting, paper's number, ours with its
-    interval, verdict, seeds, seconds."""
+    interval, verdict, seeds, seconds. ``chapter_link(stem)`` may turn a chapter's stem into a
+    MyST link (e.g. ``{doc}`` to its page); by default the stem is shown as it is."""
     if not rows:
         return "*No claims have been recorded yet: `make book` executes the chapters and records them.*"
     head = ("| chapter | paper | claim as stated | our setting | paper's number | ours (interval) | "
@@ -364,7 +365,8 @@ def ledger_markdown(rows: Sequence[dict]) -> str:
         other = c["baseline"] if c["baseline"] is not None else f"{f(c['reference'])}"
         ours = f"{c['method']} - {other}: {f(r['effect'])} [{f(r['low'])}, {f(r['high'])}]"
         secs = "" if r.get("seconds") is None else f"{r['seconds']:.0f}"
-        cells = [c["key"].split("/")[0], c["paper"], c["statement"], c["setting"], c.get("paper_number", ""), ours,
+        stem = c["key"].split("/")[0]
+        cells = [chapter_link(stem) if chapter_link else stem, c["paper"], c["statement"], c["setting"], c.get("paper_number", ""), ours,
                  f"**{r['verdict']}**", str(r["seeds"]), secs]
         lines.append("| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in cells) + " |")
     return "\n".join(lines)
