@@ -62,6 +62,7 @@ class Claim:
     margin        the effect size that counts (``>= 0``), fixed before the run
     reference     the constant compared with when ``baseline`` is ``None`` (e.g. 0.9 for "90%")
     unit          how numbers are written: ``"{:.3f}"``-style format of the effect and values
+    replicate     what one paired value is (``"seed"`` by default; e.g. ``"instance"``)
     ============  ==================================================================================
     """
 
@@ -78,6 +79,7 @@ class Claim:
     reference: float | None = None
     paper_number: str = ""
     unit: str = "{:.3f}"
+    replicate: str = "seed"
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -165,8 +167,8 @@ class Verdict:
             "does not hold": "the claim does not hold",
             "inconclusive": "the result is inconclusive",
         }[self.verdict]
-        extra = " (one seed has no interval)" if self.seeds < 2 else ""
-        return (f"Over {self.seeds} seed{'s' if self.seeds != 1 else ''}, {nums}: a difference of "
+        extra = f" (one {c.replicate} has no interval)" if self.seeds < 2 else ""
+        return (f"Over {self.seeds} {c.replicate}{'s' if self.seeds != 1 else ''}, {nums}: a difference of "
                 f"{f(self.effect)}, {level}% interval {self.interval()}, sign-flip p = {self.p_value:.3g}; "
                 f"{why}{extra}.")
 
