@@ -1,0 +1,37 @@
+"""The GPU check runs in its tiny form on the CPU, so the script cannot rot."""
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_tiny_on_cpu(tmp_path):
+    gpu_check = load("gpu_check")
+    out = tmp_path / "gpu_check.json"
+    assert gpu_check.main(["--tiny", "--device", "cpu", "--steps", "2", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["tiny"] and r["training"]["tokens_per_second"] > 0 and r["mfu"] > 0
+    assert r["rollout"]["rlcourse"]["tokens_per_second"] > 0 and r["rollout"]["generate"]["tokens_per_second"] > 0
+
+
+def test_flop_count_of_the_real_shape():
+    # 6 N + 12 L d S with N the matmul parameters: Qwen2.5-0.5B has 494M parameters, of which the
+    # 136M of the tied embedding count once (as the output head)
+    gpu_check = load("gpu_check")
+    from transformers import Qwen2ForCausalLM
+    import torch
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(gpu_check.qwen25_05b_config(tiny=False))
+    total = sum(p.numel() for p in model.parameters())
+    assert 490e6 < total < 500e6
+    n = gpu_check.matmul_params(model)
+    assert n == total - sum(p.numel() for p in model.parameters() if p.dim() == 1)
+    assert gpu_check.flops_per_token(model, 1024) == 6 * n + 12 * 24 * 896 * 1024
