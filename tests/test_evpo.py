@@ -8,28 +8,59 @@ import torch
 import rlcourse
 import rlcourse.methods.evpo  # noqa: F401  (registers "evpo")
 from rlcourse.advantages import compute_gae_advantage_return, compute_grpo_outcome_advantage, get_estimator
-from rlcourse.methods.evpo import (evpo_advantage, explained_variance_batch, kalman_gain, kalman_variance,
-                                   reward_to_go, run_evpo_bandit)
+from rlcourse.methods.evpo import (ev_out_of_sample, evpo_advantage, explained_variance_batch, kalman_gain,
+                                   kalman_variance, reward_to_go, run_evpo_bandit)
 
 
 def test_registered():
     assert get_estimator("evpo") is evpo_advantage
 
 
-def test_ev_sign_is_exactly_the_variance_comparison():
+def test_ev_is_positive_exactly_when_the_optimal_gain_exceeds_one_half():
     rng = np.random.default_rng(0)
-    agree = 0
-    for _ in range(1000):
+    for _ in range(200):
         n = int(rng.integers(4, 64))
         R = torch.tensor(rng.binomial(1, rng.uniform(0.1, 0.9), n), dtype=torch.float64)
         if R.var() == 0:
             R[0] = 1 - R[0]
         V = R * rng.uniform(-1, 1) + torch.tensor(rng.normal(0, rng.uniform(0.01, 1.5), n))
-        ev = explained_variance_batch(R, V)
-        lhs = ev > 0
-        rhs = float(((R - V) - (R - V).mean()).pow(2).mean()) < float((R - R.mean()).pow(2).mean())
-        agree += lhs == rhs
-    assert agree == 1000
+        ev, k = explained_variance_batch(R, V), kalman_gain(R, V)
+        # EV = (2 K* - 1) Var(V) / Var(R): the critic's end of the parabola is lower iff K* > 1/2
+        assert ev == pytest.approx((2 * k - 1) * float(V.var(unbiased=False)) / float(R.var(unbiased=False)),
+                                   abs=1e-12)
+        assert (ev > 0) == (k > 0.5)
+
+
+def test_one_batch_ev_predicts_a_fresh_batch_away_from_the_boundary():
+    sigmas = np.array([0.0, 0.1, 0.15, 0.35, 0.45, 0.6])
+    out = ev_out_of_sample(sigmas, trials=100, seed=1)
+    s_star = out["sigma_star"]
+    assert s_star == pytest.approx(0.9 / np.sqrt(12), rel=0.02)  # sd of m spread evenly on [0.05, 0.95]
+    # well away from the population boundary the decision made on one batch holds on the next
+    assert (out["agree"] >= 0.9).all(), out["agree"]
+    assert (out["use_critic"][sigmas < 0.7 * s_star] > 0.9).all()
+    assert (out["use_critic"][sigmas > 1.3 * s_star] < 0.1).all()
+    with pytest.raises(ValueError, match="sigmas"):
+        ev_out_of_sample([[0.1]])
+
+
+def test_verdicts_from_a_synthetic_run():
+    from rlcourse.methods.evpo import CLAIMS, evpo_verdicts
+    seeds, steps = 6, 60
+    better = {"informative": "ppo", "noise": "grpo"}
+    per_seed, runs = {}, {}
+    rng = np.random.default_rng(0)
+    for critic in ("informative", "noise"):
+        for m in ("ppo", "grpo", "evpo"):
+            base = 0.8 + (0.02 if m == better[critic] else 0.0) + (0.03 if m == "evpo" else 0.0)
+            per_seed[(critic, m)] = base + 0.001 * rng.standard_normal(seeds)
+    use = np.zeros((seeds, steps))
+    use[:, 20:] = 1.0
+    runs[("informative", "evpo")] = {"use_critic": use}
+    v = evpo_verdicts({"per_seed": per_seed, "runs": runs, "seconds": 1.0})
+    assert v["informative"].verdict == "holds" and v["informative"].extra["better_arm"] == "ppo"
+    assert v["noise"].verdict == "holds" and v["noise"].extra["better_arm"] == "grpo"
+    assert v["gate"].verdict == "holds" and v["gate"].claim is CLAIMS["gate"]
 
 
 def test_kalman_variance_is_the_quadratic_and_gain_is_its_argmin():
