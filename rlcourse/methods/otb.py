@@ -31,7 +31,7 @@ from ..rollout import policy_sampler, register_sampler
 
 __all__ = ["sum_pi_sq_from_logits", "logit_grad_energy", "otb_advantage", "otb_policy_sampler",
            "response_sum_pi_sq", "per_token_param_grad_sq", "TabularAR", "tabular_gradient_variance",
-           "run_otb_experiment"]
+           "run_otb_experiment", "tabular_oracle_nsr"]
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -289,7 +289,7 @@ def _lm_curve(base, tok, estimator: str, G: int, steps: int, prompts: int, lr: f
     cfg = RLConfig(num_generations=G, prompts_per_step=prompts, max_completion_length=10, steps=steps,
                    learning_rate=lr, advantage_estimator=estimator, seed=seed, progress=False,
                    sampler="otb_policy" if estimator == "otb" else "policy", eval_every=steps,
-                   eval_prompts=eval_prompts)
+                   eval_prompts=eval_prompts, max_grad_norm=None)  # no clipping: spikes are what we look at
     tr = Trainer(copy.deepcopy(base), tok, "addition", cfg)
     hist = tr.train()
     tokens = np.cumsum([h["response_length"] * prompts * G for h in hist])
@@ -319,6 +319,7 @@ def run_otb_experiment(prof: Profile) -> dict:
                                     ("otb-16", "otb", 16, True), ("mean-32", "mean", 32, True)]:
             v = tabular_gradient_variance(env, N, base, n_groups=n_groups, seed=1, handle_zero_tail=tail)
             variance[name] = {k: v[k] for k in ("total_var", "nsr", "cos")}
+        oracle = {N: tabular_oracle_nsr(env, N) for N in (4, 16, 32)}
 
         base_model, tok = load_base_model("addition", "medium", progress=False)
         gen = torch.Generator().manual_seed(0)
@@ -339,6 +340,50 @@ def run_otb_experiment(prof: Profile) -> dict:
         curves = {}
         for name, est, G in [("grpo-4", "dr_grpo", 4), ("otb-4", "otb", 4), ("grpo-16", "dr_grpo", 16)]:
             curves[name] = _lm_curve(base_model, tok, est, G, steps, prompts_per_step, 1e-4, 0, eval_prompts)
-    return {"variance": variance, "proxy": proxy_stats, "curves": curves,
+    return {"variance": variance, "oracle": oracle, "proxy": proxy_stats, "curves": curves,
             "config": {"n_groups": n_groups, "steps": steps, "prompts_per_step": prompts_per_step,
                        "tabular_params": env.score.shape[-1], "tabular_responses": len(env.seqs)}}
+
+
+# ---------------------------------------------------------------------- the oracle bound on the tabular policy
+def tabular_oracle_nsr(env: TabularAR, group_size: int) -> dict:
+    """Exact noise-to-signal ratio of the one-group gradient with an *oracle* baseline, by enumeration.
+
+    Two oracles, both functions of the prefix only (so both unbiased): ``value``, the exact value
+    :math:`V(y_{<t}) = \\mathbb E[R \\mid y_{<t}]`, and ``optimal``, the exact variance-optimal per-prefix
+    baseline :math:`b^\\star(y_{<t}) = \\mathbb E[w_t R \\mid y_{<t}] / \\mathbb E[w_t \\mid y_{<t}]` (optimal because
+    the tabular scores of different prefixes are orthogonal, exercise 3). A baseline that does not
+    depend on the other samples makes the ``N`` samples of a group independent, so
+    :math:`\\mathrm{NSR}(N) = \\mathrm{Var}_1 / (N \\|\\nabla J\\|^2)`: no baseline of this kind can beat it.
+
+    ============ ===== ============================================================
+    group_size   int   N
+    returns      dict  ``value``, ``optimal``: the NSR at this N; ``none``: without baseline
+    ============ ===== ============================================================
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    C = len(env.ctx)
+    w = env.mask * (1.0 - 2.0 * np.exp(env.logp) + env.sumsq)  # (n, L): per-token logit energy
+    ctx = np.zeros(env.mask.shape, dtype=int)
+    for k, s in enumerate(env.seqs):
+        for t in range(len(s)):
+            ctx[k, t] = env.ctx[tuple(s[:t])]
+    pm = env.prob[:, None] * env.mask
+    R = env.reward[:, None] * np.ones_like(env.mask)
+    den_v, num_v = np.zeros(C), np.zeros(C)
+    den_o, num_o = np.zeros(C), np.zeros(C)
+    np.add.at(den_v, ctx, pm)
+    np.add.at(num_v, ctx, pm * R)
+    np.add.at(den_o, ctx, pm * w)
+    np.add.at(num_o, ctx, pm * w * R)
+    true = env.true_gradient()
+    signal = float(true @ true)
+    out = {}
+    for name, b in (("value", num_v / np.maximum(den_v, 1e-300)), ("optimal", num_o / np.maximum(den_o, 1e-300)),
+                    ("none", np.zeros(C))):
+        A = (R - b[ctx]) * env.mask
+        g = np.einsum("nl,nld->nd", A, env.score)
+        var1 = float(env.prob @ (g * g).sum(1)) - signal
+        out[name] = var1 / (group_size * signal)
+    return out

@@ -1,0 +1,77 @@
+"""OTB's oracle bound on the tabular policy and the LongWrongTask testbed (arXiv:2602.07078)."""
+import numpy as np
+import pytest
+
+import rlcourse
+from rlcourse.methods.otb import TabularAR, tabular_gradient_variance, tabular_oracle_nsr
+from rlcourse.methods.otb_longwrong import (CLAIMS, LongWrongTask, longwrong_advantages, longwrong_gradient,
+                                            longwrong_nsr, longwrong_oracle_baseline, longwrong_sample,
+                                            longwrong_true_gradient, longwrong_value, otb_verdicts,
+                                            run_longwrong, run_longwrong_experiment)
+
+
+def test_oracle_nsr_orders_and_scales_like_one_over_n():
+    env = TabularAR(max_len=4, seed=2)
+    o4, o8 = tabular_oracle_nsr(env, 4), tabular_oracle_nsr(env, 8)
+    assert o4["optimal"] <= o4["value"] <= o4["none"]
+    for k in o4:
+        assert o8[k] == pytest.approx(o4[k] / 2)
+    with pytest.raises(ValueError, match="group_size"):
+        tabular_oracle_nsr(env, 0)
+
+
+def test_oracle_bound_blocks_n4_matching_n32_on_the_tabular_policy():
+    env = TabularAR(max_len=5, seed=0)
+    mean32 = tabular_gradient_variance(env, 32, "mean", n_groups=400, seed=1)["nsr"]
+    # the best prefix baseline with 4 samples is far noisier than the plain mean with 32
+    assert tabular_oracle_nsr(env, 4)["optimal"] > 3 * mean32
+
+
+def test_longwrong_value_and_gradient_are_exact():
+    task = LongWrongTask(n_prompts=3, max_len=5, n_fillers=2)
+    theta = task.theta + np.random.default_rng(0).normal(0, 0.3, task.theta.shape)
+    J = lambda th: longwrong_value(th)[0].mean()  # noqa: E731
+    g = longwrong_true_gradient(theta)
+    eps = 1e-6
+    for idx in [(0, 0, 0), (1, 2, 3), (2, 4, 1), (0, 1, 2)]:
+        d = np.zeros_like(theta)
+        d[idx] = eps
+        assert g[idx] == pytest.approx((J(theta + d) - J(theta - d)) / (2 * eps), abs=1e-7)
+    # the sampler agrees with the exact expected reward
+    rng = np.random.default_rng(1)
+    s = longwrong_sample(theta, 4000, rng)
+    assert s["reward"].reshape(3, -1).mean(1) == pytest.approx(longwrong_value(theta)[0], abs=0.03)
+    assert (s["mask"].sum(1) >= 1).all() and (s["sumsq"] > 0).sum() == s["mask"].sum()
+
+
+def test_oracle_baseline_is_unbiased_and_estimates_are_consistent():
+    task = LongWrongTask(n_prompts=2, max_len=6, n_fillers=3)
+    theta = task.theta
+    true = longwrong_true_gradient(theta)
+    rng = np.random.default_rng(2)
+    gs = [longwrong_gradient(theta, s, longwrong_advantages(theta, s, 8, "oracle"))
+          for s in (longwrong_sample(theta, 8, rng) for _ in range(3000))]
+    mean = np.mean(gs, 0)
+    assert float(mean.ravel() @ true.ravel()) / np.linalg.norm(mean) / np.linalg.norm(true) > 0.99
+    b = longwrong_oracle_baseline(theta)
+    assert b.shape == theta.shape[:2] and ((b >= 0) & (b <= 1)).all()
+    with pytest.raises(ValueError, match="baseline"):
+        longwrong_advantages(theta, longwrong_sample(theta, 2, rng), 2, "median")
+
+
+def test_otb_lowers_the_noise_where_loud_answers_are_wrong():
+    task = LongWrongTask()
+    mean4 = longwrong_nsr(task, 4, "mean", n_draws=300, seed=0)["nsr"]
+    otb4 = longwrong_nsr(task, 4, "otb", n_draws=300, seed=0)["nsr"]
+    assert otb4 < 0.7 * mean4
+
+
+def test_runs_are_deterministic_and_the_experiment_yields_verdicts():
+    task = LongWrongTask()
+    a, b = run_longwrong(task, "otb", 4, 5, 3.0, 7), run_longwrong(task, "otb", 4, 5, 3.0, 7)
+    for k in a:
+        assert np.array_equal(a[k], b[k])
+    assert a["reward"].shape == (6,) and a["grad_norm"].shape == (5,) and a["tokens"][0] == 0
+    out = run_longwrong_experiment(rlcourse.profile("smoke"))
+    v = otb_verdicts(out)
+    assert set(v) == set(CLAIMS) and all(x.verdict == "inconclusive" for x in v.values())  # one seed
