@@ -298,14 +298,35 @@ def test_hdf5_round_trip(tmp_path):
     np.testing.assert_array_equal(back["next_observations"][:-1][inner], back["observations"][1:][inner])
 
 
-def test_missing_key_is_named(tmp_path):
+def test_loader_accepts_what_d4rl_get_dataset_accepts(tmp_path):
+    # D4RL's get_dataset requires only these four keys, squeezes (N, 1) rewards and terminals,
+    # and treats timeouts as optional: a file written that way must load.
+    path = tmp_path / "d4rl_style.hdf5"
+    with h5py.File(path, "w") as f:
+        f["observations"] = np.arange(10, dtype=np.float64).reshape(5, 2)
+        f["actions"] = np.zeros((5, 1), np.float64)
+        f["rewards"] = np.arange(5, dtype=np.float64).reshape(5, 1)       # (N, 1), float64
+        f["terminals"] = np.array([[0], [0], [1], [0], [0]], np.float32)  # (N, 1), floats
+    data = load_d4rl_hdf5(path)
+    assert data["rewards"].shape == (5,) and data["rewards"].dtype == np.float32
+    np.testing.assert_array_equal(data["rewards"], np.arange(5, dtype=np.float32))
+    np.testing.assert_array_equal(data["terminals"], [False, False, True, False, False])
+    # no timeouts in the file: the data's end closes the last episode, and nothing else is cut
+    np.testing.assert_array_equal(data["timeouts"], [False, False, False, False, True])
+    assert [(sl.start, sl.stop) for sl in episode_slices(data)] == [(0, 3), (3, 5)]
+
+
+def test_missing_required_key_is_named(tmp_path):
     path = tmp_path / "broken.hdf5"
     with h5py.File(path, "w") as f:
         f["observations"] = np.zeros((3, 2), np.float32)
         f["actions"] = np.zeros((3, 1), np.float32)
         f["rewards"] = np.zeros(3, np.float32)
-        f["terminals"] = np.zeros(3, bool)
-    with pytest.raises(ValueError, match="timeouts"):
+    with pytest.raises(ValueError, match="terminals"):
+        load_d4rl_hdf5(path)
+    with h5py.File(path, "a") as f:
+        f["terminals"] = np.zeros((3, 2), bool)                           # (N, 2) is not (N, 1)
+    with pytest.raises(ValueError, match="terminals has shape"):
         load_d4rl_hdf5(path)
 
 

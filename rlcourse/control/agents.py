@@ -17,6 +17,8 @@ import torch
 import torch.nn as nn
 from torch.distributions import Categorical
 
+from ..losses import compute_policy_loss
+
 
 def _layer(n_in: int, n_out: int, std: float) -> nn.Linear:
     layer = nn.Linear(n_in, n_out)
@@ -89,6 +91,9 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
 def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
     """The clipped surrogate, to minimise: -mean(min(rho A, clip(rho, 1-eps, 1+eps) A)).
 
+    One row per step, so this is :func:`rlcourse.losses.compute_policy_loss` (the package's one PPO
+    loss, log-ratio clamped to +-20) on ``(N, 1)`` tensors with every step counted (``token-mean``).
+
     ======== ======= ==================================
     new_logp ``(N,)`` log pi_theta(a|s), with gradient
     old_logp ``(N,)`` log pi_old(a|s) from the rollout
@@ -98,8 +103,10 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
     """
     if not (new_logp.shape == old_logp.shape == adv.shape) or new_logp.dim() != 1:
         raise ValueError("new_logp, old_logp and adv must be equal 1-d tensors")
-    ratio = torch.exp(new_logp - old_logp)
-    return -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
+    loss, _ = compute_policy_loss(old_logp[:, None], new_logp[:, None], adv[:, None],
+                                  torch.ones_like(adv)[:, None], clip_ratio_low=clip, clip_ratio_high=clip,
+                                  loss_agg_mode="token-mean")
+    return loss
 
 
 @dataclass

@@ -13,6 +13,12 @@ terminals      ``(N,)``       bool       the episode ended in a terminal state h
 timeouts       ``(N,)``       bool       the episode was cut here (time limit or end of data)
 ============== ============== ========== ================================================
 
+:func:`load_d4rl_hdf5` accepts what D4RL's own ``get_dataset`` accepts: only ``observations``,
+``actions``, ``rewards`` and ``terminals`` are required; ``rewards`` and ``terminals`` stored as
+``(N, 1)`` are squeezed to ``(N,)``; a file without ``timeouts`` gets all-False timeouts except on
+its last transition (the data ends there). :func:`validate_d4rl` checks the strict in-memory layout
+that the loader returns.
+
 Optional keys are kept as they are: ``next_observations`` ``(N, d_s)`` and anything under ``infos/``
 (for example ``infos/goal``, as in D4RL's maze tasks). The ``d4rl`` package itself is unmaintained
 and is not needed: this module reads the *format*. :func:`load_d4rl_hdf5` also reads a Minari
@@ -29,6 +35,7 @@ import h5py
 import numpy as np
 
 D4RL_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts")
+D4RL_REQUIRED = ("observations", "actions", "rewards", "terminals")  # what D4RL's get_dataset requires
 D4RL_DTYPES = {"observations": np.float32, "actions": np.float32, "rewards": np.float32,
                "terminals": np.bool_, "timeouts": np.bool_}
 
@@ -166,6 +173,27 @@ def _load_minari(f: h5py.File, obs_keys: tuple[str, ...] | None) -> dict:
     return {k: np.concatenate(v) for k, v in cols.items()}
 
 
+def _as_d4rl_layout(data: dict, where: str) -> dict:
+    """What D4RL's ``get_dataset`` tolerates, made strict: squeeze ``(N, 1)`` rewards and terminals
+    (and timeouts), and add ``timeouts`` when the file has none (False everywhere, True on the last
+    transition unless it is terminal, so that the last episode still ends)."""
+    n = len(data["observations"])
+    for key in ("rewards", "terminals", "timeouts"):
+        if key in data:
+            arr = np.asarray(data[key])
+            if arr.ndim == 2 and arr.shape[1] == 1:
+                arr = arr[:, 0]
+            if arr.shape != (n,):
+                raise ValueError(f"{where}: {key} has shape {arr.shape}; expected ({n},) or ({n}, 1)")
+            data[key] = arr
+    if "timeouts" not in data:
+        timeouts = np.zeros(n, dtype=np.bool_)
+        if n and not bool(data["terminals"][-1]):
+            timeouts[-1] = True
+        data["timeouts"] = timeouts
+    return data
+
+
 def load_d4rl_hdf5(path: str | Path, obs_keys: tuple[str, ...] | None = None) -> dict:
     """Load a D4RL-layout HDF5 file (ours, or a real D4RL file) or a Minari ``main_data.hdf5``.
 
@@ -186,9 +214,10 @@ def load_d4rl_hdf5(path: str | Path, obs_keys: tuple[str, ...] | None = None) ->
         else:
             data = {}
             f.visititems(lambda name, obj: data.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
-            missing = [k for k in D4RL_KEYS if k not in data]
+            missing = [k for k in D4RL_REQUIRED if k not in data]
             if missing:
                 raise ValueError(f"{path} is missing D4RL key(s) {missing}; it has {sorted(data)}")
+            data = _as_d4rl_layout(data, str(path))
     for key in D4RL_KEYS:
         data[key] = np.asarray(data[key]).astype(D4RL_DTYPES[key], copy=False)
     if "next_observations" in data:

@@ -43,7 +43,7 @@ import torch
 
 from ..profiles import Profile, one_torch_thread
 from ..rewards import register_reward
-from ..rewards.drest import earlier_counts, neutrality
+from ..rewards.drest import check_lam, drest_weights, neutrality
 from ..tasks import Example, Score, Task, get_task, register_task
 
 TASK_NAME = "drest_choice"
@@ -168,8 +168,9 @@ def meta_episode_rewards(L: np.ndarray, c: np.ndarray, m: np.ndarray, lam: float
     """DReST rewards of N meta-episodes of G mini-episodes each, in row order.
 
     Row ``i`` is one prompt's meta-episode: counts start at zero, and mini-episode ``e`` is paid
-    ``drest_reward(n_e, L_e, c_e, m_i, lam)`` (:func:`rlcourse.rewards.drest.drest_reward`, here
-    vectorised over rows) with ``n_e`` the classes of the *valid* earlier mini-episodes. An invalid
+    ``drest_weights(L, m, lam)[i, e] * c_e`` (:func:`rlcourse.rewards.drest.drest_weights`, the
+    weight of :func:`rlcourse.rewards.drest.drest_reward`) with ``n_e`` the classes of the *valid*
+    earlier mini-episodes. An invalid
     response (``L = -1``) is paid ``invalid_reward`` and counted in no class.
 
     ============== ========== =========================================================
@@ -184,23 +185,10 @@ def meta_episode_rewards(L: np.ndarray, c: np.ndarray, m: np.ndarray, lam: float
     L, c, m = np.asarray(L), np.asarray(c, dtype=np.float64), np.asarray(m, dtype=np.float64)
     if L.ndim != 2 or c.shape != L.shape:
         raise ValueError(f"L and c must both be (N, G), got {L.shape} and {c.shape}")
-    if m.ndim != 2 or m.shape[0] != L.shape[0] or m.shape[1] < 2:
+    if m.ndim != 2 or m.shape[0] != L.shape[0]:
         raise ValueError(f"m must be (N, k) with N = {L.shape[0]} and k >= 2, got {m.shape}")
-    if not np.all(np.isfinite(m)) or np.any(m <= 0):
-        raise ValueError("m(l) must be finite and positive")
-    if not 0.0 < float(lam) <= 1.0:
-        raise ValueError(f"lam must be in (0, 1], got {lam}")
-    k = m.shape[1]
-    if not np.issubdtype(L.dtype, np.integer) or L.min() < -1 or L.max() >= k:
-        raise ValueError(f"L must hold integers in [0, {k}) or -1 for an invalid response")
-    valid = L >= 0
-    # class k collects the invalid responses, so that they count towards no real class
-    counts = earlier_counts(np.where(valid, L, k), k + 1)[..., :k]            # (N, G, k): n_e(l)
-    Lv = np.where(valid, L, 0)
-    own = np.take_along_axis(counts, Lv[..., None], axis=2)[..., 0]            # n_e(L_e)
-    m_own = np.take_along_axis(m, Lv, axis=1)                                  # m(L_e)
-    r = float(lam) ** (own - counts.mean(-1)) * c / m_own
-    return np.where(valid, r, float(invalid_reward))
+    w = drest_weights(L, m, lam)           # lam ** (n_e(L_e) - mean_l n_e(l)) / m(L_e); 0 where invalid
+    return np.where(L >= 0, w * c, float(invalid_reward))
 
 
 def _infer_group_size(index: np.ndarray) -> int:
@@ -231,8 +219,7 @@ class DReSTLMReward:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if not 0.0 < float(self.lam) <= 1.0:
-            raise ValueError(f"lam must be in (0, 1], got {self.lam}")
+        check_lam(self.lam)
         if self.G is not None and (int(self.G) != self.G or self.G < 1):
             raise ValueError(f"G must be a positive integer or None, got {self.G!r}")
 

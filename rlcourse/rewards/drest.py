@@ -28,7 +28,8 @@ def _check_m(m: np.ndarray) -> np.ndarray:
     return m
 
 
-def _check_lam(lam: float) -> float:
+def check_lam(lam: float) -> float:
+    """The DReST discount base, checked: a number in (0, 1] (1 switches the length penalty off)."""
     if not 0.0 < float(lam) <= 1.0:
         raise ValueError(f"lam must be in (0, 1], got {lam}")
     return float(lam)
@@ -46,7 +47,7 @@ def drest_reward(counts: np.ndarray, L: int, c: float, m: np.ndarray, lam: float
     returns float    lam ** (counts[L] - counts.mean()) * c / m[L]
     ======= ======= ===========================================================
     """
-    m, lam = _check_m(m), _check_lam(lam)
+    m, lam = _check_m(m), check_lam(lam)
     counts = np.asarray(counts, dtype=np.float64)
     if counts.shape != m.shape:
         raise ValueError(f"counts has shape {counts.shape} but m has shape {m.shape}")
@@ -77,22 +78,41 @@ def earlier_counts(lengths: np.ndarray, k: int) -> np.ndarray:
 def drest_weights(lengths: np.ndarray, m: np.ndarray, lam: float, normalise: bool = True) -> np.ndarray:
     """The factor that turns coins into DReST reward: r_e = w_e * c_e.
 
-    ``w_e = lam ** (n_e(L_e) - e/k) / m(L_e)``; with ``normalise=False`` the ``1/m`` is dropped
-    (an ablation); with ``lam=1`` and ``normalise=False`` every weight is 1 (the default agent).
+    ``w_e = lam ** (n_e(L_e) - mean_l n_e(l)) / m(L_e)``, where ``n_e(l)`` counts the earlier
+    mini-episodes of class ``l``; when every earlier mini-episode has a class, ``mean_l n_e(l) = e/k``.
+    With ``normalise=False`` the ``1/m`` is dropped (an ablation); with ``lam=1`` and
+    ``normalise=False`` every weight is 1 (the default agent). A length of ``-1`` marks an invalid
+    mini-episode (a language model's unparseable answer): it counts in no class and gets weight 0.
 
-    ======= ======== ======================================
-    lengths ``(N,E)`` int length classes of each meta-episode
-    m       ``(k,)``  per-class coin maxima
-    returns ``(N,E)`` float64 weights, > 0
-    ======= ======== ======================================
+    ======= ============== =======================================================
+    lengths ``(N,E)``       int length classes in ``[0, k)``, or -1 for invalid
+    m       ``(k,)``        per-class coin maxima, or ``(N,k)``: one row per meta-episode
+    returns ``(N,E)``       float64 weights, > 0 where valid, 0 where invalid
+    ======= ============== =======================================================
     """
-    m, lam = _check_m(m), _check_lam(lam)
-    k = m.size
-    counts = earlier_counts(lengths, k)
-    E = counts.shape[1]
-    own = np.take_along_axis(counts, np.asarray(lengths)[..., None], axis=2)[..., 0]  # n_e(L_e)
-    w = lam ** (own - np.arange(E)[None, :] / k)
-    return w / m[np.asarray(lengths)] if normalise else w
+    lam = check_lam(lam)
+    m = np.asarray(m, dtype=np.float64)
+    L = np.asarray(lengths)
+    if L.ndim != 2:
+        raise ValueError(f"lengths must be (N, E), got shape {L.shape}")
+    if m.ndim == 2:
+        if m.shape[0] != L.shape[0]:
+            raise ValueError(f"m has {m.shape[0]} rows but there are {L.shape[0]} meta-episodes")
+        for row in m:
+            _check_m(row)
+    else:
+        m = np.broadcast_to(_check_m(m), (L.shape[0], m.size))   # explicit: one shared row
+    k = m.shape[1]
+    if not np.issubdtype(L.dtype, np.integer) or (L.size and (L.min() < -1 or L.max() >= k)):
+        raise ValueError(f"lengths must hold integers in [0, {k}) or -1 for an invalid mini-episode")
+    valid = L >= 0
+    counts = earlier_counts(np.where(valid, L, k), k + 1)[..., :k]      # (N, E, k): class k = invalid
+    Lv = np.where(valid, L, 0)
+    own = np.take_along_axis(counts, Lv[..., None], axis=2)[..., 0]      # n_e(L_e)
+    w = lam ** (own - counts.mean(-1))
+    if normalise:
+        w = w / np.take_along_axis(m, Lv, axis=1)
+    return np.where(valid, w, 0.0)
 
 
 def drest_meta_rewards(lengths: np.ndarray, coins: np.ndarray, m: np.ndarray, lam: float,
@@ -177,7 +197,7 @@ def expected_meta_return(q: np.ndarray, E: int, lam: float, value: np.ndarray | 
     """
     q = np.asarray(q, dtype=np.float64)
     neutrality(q)  # validates q
-    lam = _check_lam(lam)
+    lam = check_lam(lam)
     k = q.size
     value = np.ones(k) if value is None else np.asarray(value, dtype=np.float64)
     if value.shape != (k,):
@@ -215,7 +235,7 @@ def myopic_advantage(p_long: float, E: int, lam: float, value: np.ndarray | None
 
         g(p) = (1/E) sum_e lam ** (-e/2) [v_1 (1 - p (1-lam)) ** e - v_0 (1 - (1-p)(1-lam)) ** e]
     """
-    lam = _check_lam(lam)
+    lam = check_lam(lam)
     if not 0.0 <= p_long <= 1.0:
         raise ValueError(f"p_long must be in [0, 1], got {p_long}")
     v = np.ones(2) if value is None else np.asarray(value, dtype=np.float64)
@@ -230,5 +250,5 @@ def myopic_advantage(p_long: float, E: int, lam: float, value: np.ndarray | None
 def reward_range(e: int, k: int, lam: float) -> tuple[float, float]:
     """The smallest and largest length factor lam ** (n_e(L) - e/k) over all histories of e
     earlier mini-episodes: (lam ** (e (1 - 1/k)), lam ** (-e/k))."""
-    lam = _check_lam(lam)
+    lam = check_lam(lam)
     return float(lam ** (e * (1 - 1 / k))), float(lam ** (-e / k))
