@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
+
+# torch is imported where it is used, so that torch-free modules (the systems simulator) can
+# import the profile without loading it.
 
 PROFILE_NAMES = ("smoke", "book", "full")
 
@@ -88,6 +90,8 @@ def profile(name: str | None = None) -> Profile:
 
 def seed_everything(seed: int) -> torch.Generator:
     """Seed Python, NumPy and torch, and return a torch generator seeded the same way."""
+    import torch
+
     if not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     random.seed(int(seed))
@@ -108,6 +112,8 @@ def one_torch_thread():
     """Run a block with one torch thread, then restore the previous setting. Tiny networks run
     faster on one thread, and on a shared, loaded CPU two threads spinning against each other were
     measured to slow small matrix products by more than 100x."""
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

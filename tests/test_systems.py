@@ -413,3 +413,19 @@ def test_measure_stage_costs_structure_and_sanity(tiny_lm):
     assert np.all(d["stages"]["time_reference"] > 0)
     assert d["lengths"].ndim == 1 and d["lengths"].min() >= 1
     assert all(torch.equal(p, q) for p, q in zip(before, model.parameters()))  # weights untouched
+
+
+def test_simulator_modules_do_not_import_torch():
+    """The simulator (cost model, graphs, schedulers, sweep) is NumPy only: importing it, or the whole
+    package, in a fresh interpreter leaves torch out of sys.modules; only the measurement loads it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import rlcourse.systems.costs, rlcourse.systems.graph, rlcourse.systems.scheduler\n"
+            "import rlcourse.systems.simulator, rlcourse.systems.claims\n"
+            "assert 'torch' not in sys.modules, 'a simulator module imported torch'\n"
+            "from rlcourse.systems import simulate, StageCosts, run_jigsaw_experiment, measure_stage_costs\n"
+            "assert 'torch' not in sys.modules, 'importing rlcourse.systems imported torch'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr

@@ -23,9 +23,10 @@ import time
 import numpy as np
 import torch
 
-from ..profiles import Profile, profile as current_profile
+from ..losses import compute_policy_loss
+from ..profiles import Profile, one_torch_thread, profile as current_profile
 from .flow import (RING_STD, Trajectory, VelocityMLP, digits_classifier, digits_data, gaussian_step_logprob,
-                   load_flow, one_thread, ring_centres, sample_ode, sample_sde, sde_step_moments)
+                   load_flow, ring_centres, sample_ode, sample_sde, sde_step_moments)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -122,8 +123,11 @@ def ddpo_loss(model: VelocityMLP, x: torch.Tensor, t: torch.Tensor, x_next: torc
               adv: torch.Tensor, h: float, noise: float, clip: float = 0.2) -> torch.Tensor:
     """Clipped per-step policy-gradient loss of the denoising MDP (DDPO / Flow-GRPO style).
 
-    ``ratio = exp(log pi_theta(x_next | x) - old_logp)``, loss ``= -mean min(ratio A, clip(ratio) A)``
-    over (sample, step) rows; each step of a run carries the run's advantage.
+    Each (sample, step) row is one action, scored by PPO's clipped surrogate: the loss is
+    :func:`rlcourse.losses.compute_policy_loss` (the language-model loop's, log-ratio clamp
+    included) on a ``(N, 1)`` batch of one-"token" rows with ``token-mean`` aggregation, i.e.
+    ``-mean min(ratio A, clip(ratio) A)`` with ``ratio = exp(log pi_theta(x_next | x) - old_logp)``.
+    Each step of a run carries the run's advantage.
 
     ======== ========== ==================================
     x        ``(N, D)`` points before each step
@@ -136,8 +140,10 @@ def ddpo_loss(model: VelocityMLP, x: torch.Tensor, t: torch.Tensor, x_next: torc
     """
     if old_logp.shape != (x.shape[0],) or adv.shape != (x.shape[0],):
         raise ValueError(f"old_logp {tuple(old_logp.shape)} and adv {tuple(adv.shape)} must be ({x.shape[0]},)")
-    ratio = torch.exp(step_logprob(model, x, t, x_next, h, noise) - old_logp)
-    return -torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv).mean()
+    logp = step_logprob(model, x, t, x_next, h, noise)
+    loss, _ = compute_policy_loss(old_logp[:, None], logp[:, None], adv[:, None], torch.ones_like(logp)[:, None],
+                                  clip_ratio_low=clip, clip_ratio_high=clip, loss_agg_mode="token-mean")
+    return loss
 
 
 # ----------------------------------------------------------------------------------------------
@@ -254,7 +260,7 @@ def run_fdfo_experiment(prof: Profile | None = None) -> dict:
     setting (largest mean reward over the whole run, averaged over seeds). Evaluation uses deterministic
     (ODE) samples from fixed noise: the mean reward, and a quality and a diversity measure per task.
     """
-    with one_thread():
+    with one_torch_thread():
         return _run(prof or current_profile())
 
 

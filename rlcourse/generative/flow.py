@@ -23,31 +23,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..profiles import Profile, cache_dir, profile as current_profile
+from ..profiles import Profile, cache_dir, one_torch_thread, profile as current_profile
 
 
 # ----------------------------------------------------------------------------------------------
-# threads and checks
-# ----------------------------------------------------------------------------------------------
-class one_thread:
-    """Context manager: run torch on one intra-op thread, then restore the previous setting.
-
-    The models here are MLPs of width at most 512 on batches of a few hundred rows; splitting such
-    small matrix products over threads costs more in synchronisation than it saves, and on a busy
-    machine it can be many times slower. The experiments run inside this context.
-    """
-
-    def __enter__(self):
-        self._n = torch.get_num_threads()
-        torch.set_num_threads(1)
-        return self
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self._n)
-        return False
-
-
-# ----------------------------------------------------------------------------------------------
+# checks
 # ----------------------------------------------------------------------------------------------
 def _check_points(x: torch.Tensor, name: str = "x") -> None:
     if not isinstance(x, torch.Tensor):
@@ -383,7 +363,7 @@ class DigitsClassifier:
 
     def __init__(self, l2: float = 1e-3, iters: int = 100, seed: int = 0):
         X, y = digits_data()
-        with one_thread(), torch.random.fork_rng(devices=[]):
+        with one_torch_thread(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             W = torch.zeros(64, 10, dtype=torch.float64, requires_grad=True)
             b = torch.zeros(10, dtype=torch.float64, requires_grad=True)
@@ -489,7 +469,7 @@ def load_flow(data: str, prof: Profile | None = None, cond_dim: int = 1, seed: i
         model.load_state_dict(blob["state"])
         return model.eval(), blob["info"]
     t0 = time.perf_counter()
-    with one_thread():
+    with one_torch_thread():
         model, losses = pretrain_flow(recipe)
     info = {"recipe": asdict(recipe), "seconds": time.perf_counter() - t0, "losses": losses, "path": str(path)}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ import time
 import numpy as np
 import torch
 
-from ..profiles import Profile, profile as current_profile
-from .flow import VelocityMLP, digits_classifier, linear_path, load_flow, one_thread, ring_centres, sample_ode
+from ..profiles import Profile, one_torch_thread, profile as current_profile
+from .flow import VelocityMLP, digits_classifier, linear_path, load_flow, ring_centres, sample_ode
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,7 +339,7 @@ def run_paretoslider_experiment(prof: Profile | None = None) -> dict:
 
     Returns a dict of numpy arrays and floats (see the chapter for the keys).
     """
-    with one_thread():
+    with one_torch_thread():
         return _run(prof or current_profile())
 
 
