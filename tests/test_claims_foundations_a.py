@@ -4,25 +4,22 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.bandits import run_baseline_experiment, run_kl_experiment
+from rlcourse.bandits import pg_verdicts, run_baseline_experiment, run_kl_experiment
 
 
 @pytest.mark.claims
 def test_policy_gradient_baseline_claims_book_profile():
     r = run_baseline_experiment(rlcourse.profile("book"))
-    f = r["final"]
-    # 1. at the chapter's step size, every baseline ends higher than none
-    for b in ("batch_mean", "loo", "optimal", "value"):
-        assert f[b] > f["none"] + 0.02, b
-    # 2. the oracle-optimal constant baseline has lower exact variance than none along the runs
-    assert r["var_ratio"] > 1.3
+    assert r["seeds"] >= 5
+    v = pg_verdicts(r)
+    # the chapter's three claims, decided over the toy seeds (paired by seed) by their claim objects:
+    # the leave-one-out baseline ends higher than none at step size 4; the oracle b* has less variance
+    # than none along the runs; at the best step size of the sweep, leave-one-out ends higher than none
+    for name in ("reward", "variance", "best_step"):
+        assert v[name].verdict == "holds", v[name].sentence()
+    # the identity behind the variance claim holds at every step, not only on average
     assert np.all(r["var_optimal"] <= r["var_none"] + 1e-12)
-    # 3. at the smallest step size the baseline makes no real difference (same expected update) ...
-    assert abs(r["sweep"]["loo"][0] - r["sweep"]["none"][0]) < 0.03
-    # ... and the best reachable reward with a baseline beats the best without
-    assert r["best_final"]["loo"] > r["best_final"]["none"] + 0.01
-    assert r["best_final"]["optimal"] > r["best_final"]["none"] + 0.01
-    # 4. the empirical one-sample variance is smaller with every baseline
+    # the empirical one-sample variance is smaller with every baseline
     for b in ("batch_mean", "loo", "optimal", "value"):
         assert r["est_var"][b] < r["est_var"]["none"], b
 
