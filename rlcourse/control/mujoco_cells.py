@@ -1,14 +1,249 @@
 """Product-of-experts steering on Gymnasium's MuJoCo tasks: the same pipeline as the navigation
-experiment (D4RL-layout data, behaviour-cloned frozen actor, priors, composition rules)."""
+experiment (D4RL-layout data, behaviour-cloned frozen actors, priors, composition rules).
+
+Two paths:
+
+* :func:`run_balance_cells` (book profile): InvertedDoublePendulum-v5 with a *competent* behaviour
+  policy, a linear-quadratic regulator (LQR) computed from the simulator by finite differences
+  (:func:`lqr_gain`). Its data sets come in D4RL's grades (expert: LQR plus N(0, 0.1^2) noise;
+  medium: LQR plus N(0, 0.3^2), which topples within tens of steps; random: uniform actions), each
+  clones a frozen actor, and each actor is steered by a good prior (cloned from LQR plus
+  N(0, 0.3^2) data) and by a random prior. Returns are reported as D4RL normalised scores,
+  ``100 (R - R_random) / (R_expert - R_random)``, against the random policy and the LQR expert on the
+  same episodes.
+* :func:`run_mujoco_cells` (full profile): Hopper / HalfCheetah from random-policy data, where the
+  actor is incompetent and every rule inherits its failure.
+"""
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
 from ..profiles import Profile, one_torch_thread, profile as current_profile
 from .bc import GaussianMLP, RandomPrior, train_bc
-from .gaussians import compose
-from .offline import build_dataset
+from .gaussians import compose, kl_budget_alpha
+from .offline import build_dataset, load_d4rl_hdf5, save_d4rl_hdf5
 
+BALANCE_ENV = "InvertedDoublePendulum-v5"
+BALANCE_GRADES = {"expert": 0.1, "medium": 0.3, "prior_good": 0.3}   # std of the noise added to the LQR
+BALANCE_ACTORS = ("expert", "medium", "random")
+BALANCE_PRIORS = ("good", "random")
+BALANCE_RULES = ("frozen", "poe", "additive", "prior", "poe_kl")
+BALANCE_ALPHA = 0.5                                                  # the paper's middle alpha
+BALANCE_KL_BUDGET = 0.5                                              # nats per state, as on the navigation task
+
+
+def lqr_gain(env_id: str = BALANCE_ENV, q: float = 1.0, r: float = 1.0) -> np.ndarray:
+    """The discrete-time LQR gain ``K`` of a MuJoCo balance task around its upright rest state.
+
+    The dynamics of one environment step (``frame_skip`` simulator steps) are linearised by central
+    finite differences, ``x' = A x + B u`` with ``x = (qpos, qvel)``, and the Riccati equation is
+    solved with costs ``q I`` on the state and ``r I`` on the action. The regulator is ``u = -K x``.
+
+    ======= ============== ==========================================
+    returns ``(n_u, 2 n_v)`` the gain ``K``
+    ======= ============== ==========================================
+    """
+    import gymnasium as gym
+    import mujoco
+    from scipy.linalg import solve_discrete_are
+
+    if q <= 0 or r <= 0:
+        raise ValueError(f"the LQR costs q and r must be > 0, got {q}, {r}")
+    env = gym.make(env_id)
+    model, k = env.unwrapped.model, env.unwrapped.frame_skip
+    data = mujoco.MjData(model)
+    nv, nu = model.nv, model.nu
+
+    def step(x, u):
+        mujoco.mj_resetData(model, data)
+        data.qpos[:], data.qvel[:], data.ctrl[:] = x[:nv], x[nv:], u
+        for _ in range(k):
+            mujoco.mj_step(model, data)
+        return np.r_[data.qpos, data.qvel]
+
+    x0, u0, h = np.zeros(2 * nv), np.zeros(nu), 1e-5
+    A = np.stack([(step(x0 + h * e, u0) - step(x0 - h * e, u0)) / (2 * h) for e in np.eye(2 * nv)], 1)
+    B = np.stack([(step(x0, u0 + h * e) - step(x0, u0 - h * e)) / (2 * h) for e in np.eye(nu)], 1)
+    Q, R = q * np.eye(2 * nv), r * np.eye(nu)
+    P = solve_discrete_are(A, B, Q, R)
+    env.close()
+    return np.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
+
+
+def idp_state(obs: np.ndarray) -> np.ndarray:
+    """``(qpos, qvel)`` of InvertedDoublePendulum-v5 from its observation.
+
+    The observation is ``[x, sin t1, sin t2, cos t1, cos t2, v, w1, w2, f]``; the angles are
+    recovered with ``arctan2``.
+
+    ======= ========== =============================
+    obs     ``(B, 9)``  observations
+    returns ``(B, 6)``  ``[x, t1, t2, v, w1, w2]``
+    ======= ========== =============================
+    """
+    obs = np.asarray(obs, dtype=np.float64)
+    if obs.ndim != 2 or obs.shape[1] != 9:
+        raise ValueError(f"obs must have shape (B, 9), got {obs.shape}")
+    ang = np.arctan2(obs[:, 1:3], obs[:, 3:5])
+    return np.concatenate([obs[:, :1], ang, obs[:, 5:8]], axis=1)
+
+
+def lqr_policy(K: np.ndarray, noise: float):
+    """``policy(obs (9,), rng) -> action (1,)``: the LQR on the observed state, plus N(0, noise^2), clipped."""
+    def policy(obs, rng):
+        u = -K @ idp_state(np.asarray(obs)[None])[0]
+        return np.clip(u + noise * rng.normal(size=u.shape), -1.0, 1.0).astype(np.float32)
+    return policy
+
+
+def make_envs(env_id: str, episodes: int, max_steps: int) -> list:
+    """``episodes`` instances of ``env_id`` with time limit ``max_steps``, for :func:`evaluate_policy`."""
+    import gymnasium as gym
+
+    if episodes < 1 or max_steps < 1:
+        raise ValueError(f"episodes and max_steps must be >= 1, got {episodes}, {max_steps}")
+    return [gym.make(env_id, max_episode_steps=max_steps) for _ in range(episodes)]
+
+
+def evaluate_policy(envs: list, policy, seed: int = 0) -> np.ndarray:
+    """Undiscounted returns of a batched deterministic policy, one environment (of :func:`make_envs`)
+    per episode.
+
+    ``policy(obs (B, d_s)) -> actions (B, d_a)`` is called on the observations of the episodes still
+    running; episode ``i`` resets with seed ``seed + i`` (so that rules compared on the same seed see
+    the same start states) and stops at termination or at the environments' time limit.
+
+    ======= ============= ======================
+    returns ``(episodes,)`` float64 returns
+    ======= ============= ======================
+    """
+    episodes = len(envs)
+    if episodes < 1:
+        raise ValueError("need at least one environment")
+    obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(envs)])
+    low, high = envs[0].action_space.low, envs[0].action_space.high
+    returns, alive = np.zeros(episodes), np.ones(episodes, dtype=bool)
+    while alive.any():
+        idx = np.flatnonzero(alive)
+        act = np.clip(policy(obs[idx]), low, high).astype(np.float32)
+        for j, i in enumerate(idx):
+            o, r, term, trunc, _ = envs[i].step(act[j])
+            returns[i] += float(r)
+            obs[i] = o
+            alive[i] = not (term or trunc)
+    return returns
+
+
+def _composed(actor: GaussianMLP, prior, rule: str, alpha: float, prior_seed: int):
+    if hasattr(prior, "reset"):
+        prior.reset(prior_seed)
+
+    def policy(obs):
+        mu_a, var_a = actor.predict(obs)
+        mu_g, var_g = prior.predict(obs)
+        return compose(rule, mu_a, var_a, mu_g, var_g, alpha)[0]
+    return policy
+
+
+def balance_sizes(prof: Profile) -> dict:
+    """The sizes of :func:`run_balance_cells` for a profile."""
+    return {"n_steps": prof.pick(smoke=300, book=5000, full=50000),
+            "bc_steps": prof.pick(smoke=30, book=600, full=3000),
+            "episodes": prof.pick(smoke=2, book=5, full=20),
+            "max_steps": prof.pick(smoke=30, book=300, full=1000),
+            "kl_states": prof.pick(smoke=100, book=1000, full=5000),
+            "seeds": prof.pick(smoke=1, book=max(3, prof.toy_seeds // 2 + 1), full=prof.toy_seeds)}
+
+
+def run_balance_cells(prof: Profile | None = None, workdir: str | None = None, **overrides) -> dict:
+    """PoE steering of frozen BC actors of three grades on InvertedDoublePendulum-v5, over seeds.
+
+    Per seed: build the expert, medium and random data sets and the good prior's data set (D4RL
+    layout, written to HDF5 and read back), clone an actor from each, and evaluate, on the same
+    start states, every rule of :data:`BALANCE_RULES` for every actor and prior, plus the LQR expert
+    and the random policy that normalise the scores. ``overrides`` replace entries of
+    :func:`balance_sizes`.
+
+    ============ =========================================================================
+    score        ``score[actor|prior][rule]``: ``(seeds,)`` mean normalised score per seed
+    alpha_kl     ``alpha_kl[actor|prior]``: ``(seeds,)`` alpha picked by the KL budget
+    reference    per seed, mean raw return of the LQR expert and of the random policy
+    data_return  per grade, mean return of the data set's complete episodes (seed 0)
+    sizes, seconds
+    ============ =========================================================================
+    """
+    import tempfile
+
+    import gymnasium as gym
+
+    prof = prof or current_profile()
+    sizes = dict(balance_sizes(prof), **overrides)
+    t0 = time.perf_counter()
+    K = lqr_gain(BALANCE_ENV)
+    score = {f"{a}|{p}": {r: [] for r in BALANCE_RULES} for a in BALANCE_ACTORS for p in BALANCE_PRIORS}
+    alpha_kl = {cell: [] for cell in score}
+    reference = {"expert": [], "random": []}
+    data_return: dict = {}
+    env = gym.make(BALANCE_ENV)
+    envs = make_envs(BALANCE_ENV, sizes["episodes"], sizes["max_steps"])
+    with tempfile.TemporaryDirectory(prefix="poe-idp-") as tmp, one_torch_thread():
+        for seed in range(sizes["seeds"]):
+            behaviours = {"expert": lqr_policy(K, BALANCE_GRADES["expert"]),
+                          "medium": lqr_policy(K, BALANCE_GRADES["medium"]),
+                          "random": lambda o, r: r.uniform(-1.0, 1.0, size=1).astype(np.float32),
+                          "prior_good": lqr_policy(K, BALANCE_GRADES["prior_good"])}
+            models, data = {}, {}
+            for j, (kind, beh) in enumerate(behaviours.items()):
+                d = build_dataset(env, beh, sizes["n_steps"], seed=1000 * seed + j)
+                data[kind] = load_d4rl_hdf5(save_d4rl_hdf5(d, f"{workdir or tmp}/idp_{kind}_s{seed}.hdf5"))
+                models[kind] = train_bc(data[kind]["observations"], data[kind]["actions"], sizes["bc_steps"],
+                                        seed=seed)
+                if seed == 0:
+                    ends = np.flatnonzero(d["terminals"] | d["timeouts"])
+                    data_return[kind] = float(d["rewards"].sum() / max(len(ends), 1))
+            ev_seed = 50_000 + 100 * seed
+            run = lambda pol: float(evaluate_policy(envs, pol, ev_seed).mean())  # noqa: E731
+            r_exp = run(lambda o: -(idp_state(o) @ K.T))
+            rand_rng = np.random.default_rng(ev_seed)
+            r_rand = run(lambda o: rand_rng.uniform(-1, 1, size=(len(o), 1)))
+            reference["expert"].append(r_exp)
+            reference["random"].append(r_rand)
+            norm = lambda R: 100.0 * (R - r_rand) / (r_exp - r_rand)  # noqa: E731
+            priors = {"good": models["prior_good"], "random": RandomPrior(act_dim=1, seed=seed)}
+            ps = 77 + seed
+            prior_only = {p: norm(run(_composed(models["expert"], pr, "prior", 1.0, ps))) for p, pr in priors.items()}
+            for a in BALANCE_ACTORS:
+                actor = models[a]
+                frozen = norm(run(_composed(actor, priors["good"], "frozen", 0.0, ps)))
+                obs = data[a]["observations"]
+                kl_states = obs[np.random.default_rng(seed).choice(len(obs), sizes["kl_states"], replace=False)]
+                for p, prior in priors.items():
+                    cell = f"{a}|{p}"
+                    mu_a, var_a = actor.predict(kl_states)
+                    if hasattr(prior, "reset"):
+                        prior.reset(ps)
+                    mu_g, var_g = prior.predict(kl_states)
+                    al = kl_budget_alpha(mu_a, var_a, mu_g, var_g, BALANCE_KL_BUDGET)
+                    alpha_kl[cell].append(al)
+                    score[cell]["frozen"].append(frozen)
+                    score[cell]["prior"].append(prior_only[p])
+                    score[cell]["poe"].append(norm(run(_composed(actor, prior, "poe", BALANCE_ALPHA, ps))))
+                    score[cell]["additive"].append(norm(run(_composed(actor, prior, "additive", BALANCE_ALPHA, ps))))
+                    score[cell]["poe_kl"].append(norm(run(_composed(actor, prior, "poe", al, ps))))
+    for e in [env, *envs]:
+        e.close()
+    return {"env_id": BALANCE_ENV, "sizes": sizes, "alpha": BALANCE_ALPHA, "kl_budget": BALANCE_KL_BUDGET,
+            "grades": dict(BALANCE_GRADES), "actors": list(BALANCE_ACTORS), "priors": list(BALANCE_PRIORS),
+            "score": {c: {r: list(v) for r, v in d.items()} for c, d in score.items()},
+            "alpha_kl": alpha_kl, "reference": reference, "data_return": data_return,
+            "lqr_gain": K.tolist(), "seconds": time.perf_counter() - t0}
+
+
+# --------------------------------------------------------------------------------------------
+# Locomotion from random-policy data (full profile)
+# --------------------------------------------------------------------------------------------
 
 
 def reward_weighted_prior(data: dict, steps: int, temperature: float = 1.0, seed: int = 0, **kw) -> GaussianMLP:
@@ -27,6 +262,24 @@ def reward_weighted_prior(data: dict, steps: int, temperature: float = 1.0, seed
     w = np.exp((r - r.max()) / temperature)
     idx = np.random.default_rng(seed).choice(len(r), size=len(r), p=w / w.sum())
     return train_bc(data["observations"][idx], data["actions"][idx], steps, seed=seed, **kw)
+
+
+class NoisyPrior:
+    """A prior made worse: the base prior's mean plus N(0, std^2) noise drawn on every call, and its
+    variance inflated by ``std^2``. Same ``predict`` shapes as :class:`RandomPrior`."""
+
+    def __init__(self, base, std: float, seed: int = 0):
+        if std <= 0:
+            raise ValueError(f"std must be > 0, got {std}")
+        self.base, self.std = base, float(std)
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, obs):
+        mu, var = self.base.predict(obs)
+        return mu + self.std * self.rng.normal(size=mu.shape), var + self.std ** 2
 
 
 def run_mujoco_cells(env_id: str = "Hopper-v5", prof: Profile | None = None, n_steps: int | None = None,
@@ -52,43 +305,21 @@ def _mujoco_cells(env_id: str, n_steps: int, episodes: int, bc_steps: int, seed:
                   max_episode_steps: int | None) -> dict:
     import gymnasium as gym
 
-    env = gym.make(env_id) if max_episode_steps is None else gym.make(env_id, max_episode_steps=max_episode_steps)
+    env = gym.make(env_id)
     low, high = env.action_space.low, env.action_space.high
     data = build_dataset(env, lambda o, r: r.uniform(low, high).astype(np.float32), n_steps, seed=seed)
+    env.close()
     actor = train_bc(data["observations"], data["actions"], bc_steps, seed=seed)
     good = reward_weighted_prior(data, bc_steps, seed=seed)
-
-    class _Noisy:
-        def __init__(self, base, std, rng):
-            self.base, self.std, self.rng = base, std, rng
-
-        def reset(self, s):
-            self.rng = np.random.default_rng(s)
-
-        def predict(self, obs):
-            mu, var = self.base.predict(obs)
-            return mu + self.std * self.rng.normal(size=mu.shape), var + self.std ** 2
-
-    priors = {"good": good, "degraded": _Noisy(good, 0.5, np.random.default_rng(seed)),
-              "random": RandomPrior(act_dim=env.action_space.shape[0], seed=seed)}
+    priors = {"good": good, "degraded": NoisyPrior(good, 0.5, seed),
+              "random": RandomPrior(act_dim=len(low), seed=seed)}
+    envs = make_envs(env_id, episodes, max_episode_steps or 1000)
     out: dict = {"n_transitions": int(len(data["rewards"]))}
     for name, prior in priors.items():
         out[name] = {}
         for rule, alpha in (("frozen", 0.0), ("poe", 0.5), ("additive", 0.5), ("prior", 1.0)):
-            if hasattr(prior, "reset"):
-                prior.reset(seed)
-            returns = []
-            for ep in range(episodes):
-                obs, _ = env.reset(seed=10_000 + ep)
-                total, done = 0.0, False
-                while not done:
-                    mu_a, var_a = actor.predict(obs[None])
-                    mu_g, var_g = prior.predict(obs[None])
-                    act = np.clip(compose(rule, mu_a, var_a, mu_g, var_g, alpha)[0][0], low, high)
-                    obs, r, term, trunc, _ = env.step(act.astype(np.float32))
-                    total += float(r)
-                    done = term or trunc
-                returns.append(total)
+            returns = evaluate_policy(envs, _composed(actor, prior, rule, alpha, seed), 10_000)
             out[name][rule] = float(np.mean(returns))
-    env.close()
+    for e in envs:
+        e.close()
     return out

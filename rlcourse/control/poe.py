@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..claims import Claim, Verdict, evaluate
 from ..profiles import Profile, one_torch_thread, profile as current_profile
 from . import nav2d
 from .bc import GaussianMLP, RandomPrior, gaussian_nll, train_bc  # noqa: F401
@@ -153,7 +154,8 @@ def run_poe_experiment(prof: Profile | None = None, workdir: str | None = None, 
     and random goal-conditioned priors on the 2-D navigation task, for every rule, over several seeds.
 
     Returns a dict with ``cells[actor|prior]`` (mean success of ``frozen``, ``prior``, ``poe_kl``,
-    the selected ``alpha_kl``, and lists ``poe`` / ``additive`` over ``alphas``), ``labels`` and
+    the selected ``alpha_kl``, lists ``poe`` / ``additive`` over ``alphas``, and ``per_seed[rule]``,
+    the mean success of each seed, for the claims), ``labels`` and
     ``ci`` (HELP/FROZEN/HURT of each rule in :data:`TALLY_METHODS` against the frozen actor, from a
     paired bootstrap over all episodes of all seeds), ``tally[rule] = {HELP, FROZEN, HURT}``,
     ``sigma`` (mean learned standard deviations), ``paths`` (a few trajectories of seed 0) and
@@ -169,11 +171,11 @@ def run_poe_experiment(prof: Profile | None = None, workdir: str | None = None, 
         "bc_steps": prof.pick(smoke=200, book=1000, full=5000),
         "batch": 256,
         "hidden": (64, 64),
-        "episodes": prof.pick(smoke=100, book=400, full=1000),
+        "episodes": prof.pick(smoke=100, book=240, full=1000),
         "kl_states": prof.pick(smoke=500, book=2000, full=5000),
         "paths": 6,
     }
-    seeds = list(range(prof.pick(smoke=1, book=3, full=5)))
+    seeds = list(range(prof.toy_seeds))
     actors, priors = ("expert", "medium", "mixed", "random"), ("good", "degraded", "random")
     with tempfile.TemporaryDirectory(prefix="poe-") as tmp, one_torch_thread():
         per_seed = [_nav2d_seed(s, actors, priors, sizes, workdir or tmp) for s in seeds]
@@ -191,6 +193,10 @@ def run_poe_experiment(prof: Profile | None = None, workdir: str | None = None, 
                 "additive": [float(succ[f"additive@{al}"].mean()) for al in ALPHAS],
             }
             cells[cell]["oracle_alpha"] = float(ALPHAS[int(np.argmax(cells[cell]["poe"]))])
+            # per seed: mean success of every rule, the claims' paired unit
+            cells[cell]["per_seed"] = {k: [float(r["success"][cell][k].mean()) for r in per_seed]
+                                       for k in per_seed[0]["success"][cell]}
+            cells[cell]["alpha_kl_per_seed"] = [float(r["alpha_kl"][cell]) for r in per_seed]
             rival = {"poe": succ["poe@0.5"], "additive": succ["additive@0.5"], "prior": succ["prior"],
                      "poe_kl": succ["poe_kl"]}
             for m in TALLY_METHODS:
@@ -208,6 +214,106 @@ def run_poe_experiment(prof: Profile | None = None, workdir: str | None = None, 
         result["mujoco"] = {env_id: run_mujoco_cells(env_id, prof) for env_id in ("Hopper-v5", "HalfCheetah-v5")}
     result["seconds"] = time.perf_counter() - t0
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's claims, and their verdicts on our runs
+# --------------------------------------------------------------------------------------------
+
+PAPER = ("When Policies Cannot Be Retrained: A Unified Closed-Form View of Post-Training Steering in "
+         "Offline RL, Hossain et al., 2026, arXiv:2604.22873")
+SOURCE = "abstract (arXiv:2604.22873)"
+ANCHOR = ("under degraded or random priors, precision-weighted composition remains anchored to the frozen "
+          "actor, while additive and prior-only adaptation collapse")
+COMPETENT = ("expert", "medium", "mixed")
+
+CLAIMS = {
+    "anchored": Claim(
+        key="poe_steering/anchored-random-prior", paper=PAPER, source=SOURCE, statement=ANCHOR,
+        setting="2-D goal navigation, BC actor from expert data, random prior (uniform mean, unit variance), "
+                "PoE alpha = 0.5, deterministic composed mean",
+        metric="success rate over the seed's episodes", method="PoE (alpha 0.5)", baseline="frozen actor",
+        kind="equivalent", margin=0.05),
+    "additive_collapses": Claim(
+        key="poe_steering/additive-collapses-random-prior", paper=PAPER, source=SOURCE, statement=ANCHOR,
+        setting="2-D goal navigation, BC actors from expert, medium and mixed data (mean of the three), "
+                "random prior, alpha = 0.5",
+        metric="success rate, mean over the three competent actors", method="PoE (alpha 0.5)",
+        baseline="additive (alpha 0.5)", kind="greater", margin=0.10),
+    "prior_collapses": Claim(
+        key="poe_steering/prior-only-collapses-random-prior", paper=PAPER, source=SOURCE, statement=ANCHOR,
+        setting="2-D goal navigation, BC actors from expert, medium and mixed data (mean of the three), "
+                "random prior",
+        metric="success rate, mean over the three competent actors", method="PoE (alpha 0.5)",
+        baseline="prior only", kind="greater", margin=0.10),
+    "kl_near_oracle": Claim(
+        key="poe_steering/kl-budget-near-oracle", paper=PAPER, source=SOURCE,
+        statement="a KL-budget selector often recovers a near-oracle operating point",
+        setting="2-D goal navigation, 12 actor-prior cells, KL budget 0.5 nats per state, oracle = best "
+                "alpha of the grid (0.1, 0.3, 0.5, 0.7, 0.9) per seed and cell",
+        metric="success rate, mean over the 12 cells", method="PoE with the KL budget",
+        baseline="PoE at the oracle alpha", kind="equivalent", margin=0.05),
+    "expert_hurt": Claim(
+        key="poe_steering/competent-actor-hurt", paper=PAPER, source=SOURCE,
+        statement="medium-expert remains HURT in all 9 cells at every tested alpha",
+        paper_number="HURT in 9/9 cells",
+        setting="2-D goal navigation, BC actor from expert data (our most competent actor), "
+                "good, degraded and random priors (mean of the three), alpha = 0.5",
+        metric="success rate, mean over the three priors", method="PoE (alpha 0.5)", baseline="frozen actor",
+        kind="less", margin=0.0),
+    "idp_anchored": Claim(
+        key="poe_steering/idp-anchored-random-prior", paper=PAPER, source=SOURCE, statement=ANCHOR,
+        setting="MuJoCo InvertedDoublePendulum-v5, BC actor from LQR-expert data (D4RL layout), random prior, "
+                "alpha = 0.5, episodes cut at the profile's horizon",
+        metric="D4RL normalised score (0 = uniform random policy, 100 = LQR expert)",
+        method="PoE (alpha 0.5)", baseline="frozen actor", kind="equivalent", margin=10.0, unit="{:.1f}"),
+    "idp_additive_collapses": Claim(
+        key="poe_steering/idp-additive-collapses-random-prior", paper=PAPER, source=SOURCE, statement=ANCHOR,
+        setting="MuJoCo InvertedDoublePendulum-v5, BC actors from expert and medium data (mean of the two), "
+                "random prior, alpha = 0.5",
+        metric="D4RL normalised score (0 = uniform random policy, 100 = LQR expert)",
+        method="PoE (alpha 0.5)", baseline="additive (alpha 0.5)", kind="greater", margin=10.0, unit="{:.1f}"),
+}
+
+
+def poe_verdicts(res: dict, balance: dict | None = None) -> dict[str, Verdict]:
+    """The verdicts of :data:`CLAIMS` on a :func:`run_poe_experiment` result (and, for the ``idp_*``
+    claims, a :func:`rlcourse.control.mujoco_cells.run_balance_cells` result), paired by seed."""
+    c = res["cells"]
+    ps = lambda cell, rule: np.asarray(c[cell]["per_seed"][rule])  # noqa: E731
+    mean_of = lambda cells, rule: np.mean([ps(x, rule) for x in cells], axis=0)  # noqa: E731
+    rand = [f"{a}|random" for a in COMPETENT]
+    sec = res["seconds"]
+    out = {
+        "anchored": evaluate(CLAIMS["anchored"], ps("expert|random", "poe@0.5"), ps("expert|random", "frozen"),
+                             seconds=sec),
+        "additive_collapses": evaluate(CLAIMS["additive_collapses"], mean_of(rand, "poe@0.5"),
+                                       mean_of(rand, "additive@0.5"), seconds=sec),
+        "prior_collapses": evaluate(CLAIMS["prior_collapses"], mean_of(rand, "poe@0.5"), mean_of(rand, "prior"),
+                                    seconds=sec),
+        "expert_hurt": evaluate(CLAIMS["expert_hurt"], mean_of([f"expert|{p}" for p in res["priors"]], "poe@0.5"),
+                                mean_of([f"expert|{p}" for p in res["priors"]], "frozen"), seconds=sec),
+    }
+    grid = [f"poe@{al}" for al in res["alphas"]]
+    oracle = np.mean([np.max([ps(cell, g) for g in grid], axis=0) for cell in c], axis=0)
+    out["kl_near_oracle"] = evaluate(CLAIMS["kl_near_oracle"], mean_of(list(c), "poe_kl"), oracle, seconds=sec)
+    if balance is not None:
+        sc = balance["score"]
+        out["idp_anchored"] = evaluate(CLAIMS["idp_anchored"], sc["expert|random"]["poe"],
+                                       sc["expert|random"]["frozen"], seconds=balance["seconds"])
+        two = ("expert|random", "medium|random")
+        out["idp_additive_collapses"] = evaluate(
+            CLAIMS["idp_additive_collapses"], np.mean([sc[x]["poe"] for x in two], axis=0),
+            np.mean([sc[x]["additive"] for x in two], axis=0), seconds=balance["seconds"])
+    return out
+
+
+def selector_prefers_random_prior(res: dict) -> list[str]:
+    """The actors for which the KL budget picks a *larger* alpha for the random prior than for the
+    good prior (mean over seeds): the selector measures how far the composition moves, not whether
+    the prior is any good, and a broad random prior moves the composition little per unit alpha."""
+    c = res["cells"]
+    return [a for a in res["actors"] if c[f"{a}|random"]["alpha_kl"] > c[f"{a}|good"]["alpha_kl"]]
 
 
 def __getattr__(name):

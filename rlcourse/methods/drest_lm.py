@@ -41,6 +41,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..claims import Claim
 from ..profiles import Profile, one_torch_thread
 from ..rewards import register_reward
 from ..rewards.drest import check_lam, drest_weights, neutrality
@@ -375,7 +376,7 @@ def drest_lm_config(prof: Profile) -> dict:
     return {"steps": prof.pick(smoke=3, book=50, full=200), "prompts": prof.pick(smoke=4, book=16, full=32),
             "G": prof.pick(smoke=4, book=8, full=8), "lr": prof.pick(smoke=1e-3, book=5e-4, full=5e-4),
             "lam": 0.9, "eval_every": prof.pick(smoke=3, book=5, full=10),
-            "eval_prompts": prof.pick(smoke=16, book=128, full=512), "seeds": prof.pick(smoke=1, book=2, full=4),
+            "eval_prompts": prof.pick(smoke=16, book=128, full=512), "seeds": prof.seeds,
             "strength": 1.0}
 
 
@@ -429,3 +430,35 @@ def run_drest_lm_experiment(prof: Profile | None = None, seeds: Sequence[int] | 
                      for k in keys} for arm, rs in runs.items()}
     return {"config": dict(cfg, seeds=seeds), "base": base_metrics, "runs": runs, "summary": summary,
             "base_pretrain": getattr(base.config, "rlcourse_pretrain", None), "seconds": time.perf_counter() - t0}
+
+
+# ------------------------------------------------------------------------------------ claims
+PAPER = ("Towards Shutdownable Agents: Generalizing Stochastic Choice in RL Agents and LLMs, Cullen et al., "
+         "2026, arXiv:2604.17502")
+SOURCE = "abstract (arXiv:2604.17502, latest version)"
+LM_SETTING = ("tiny causal LM (the course's drest_choice base), 4-option prompts with two length classes, "
+              "RLOO, G samples of a prompt = one meta-episode, lambda = 0.9, held-out prompts, exact answer "
+              "probabilities")
+CLAIMS = {
+    "lm_neutral": Claim(
+        key="drest/lm-neutral", paper=PAPER, source=SOURCE,
+        statement="DReST LLMs achieve high NEUTRALITY while remaining near-maximally USEFUL",
+        setting=LM_SETTING, metric="NEUTRALITY (bits, mean over held-out prompts)", method="DReST RLOO",
+        baseline="default RLOO", kind="greater", margin=0.5),
+    "lm_useful": Claim(
+        key="drest/lm-useful", paper=PAPER, source=SOURCE,
+        statement="DReST LLMs achieve high NEUTRALITY while remaining near-maximally USEFUL",
+        setting=LM_SETTING, metric="USEFULNESS (E[coins / m(length)] over valid answers, held-out prompts)",
+        method="DReST RLOO", baseline=None, reference=0.9, kind="greater", margin=0.0),
+}
+
+
+def drest_lm_verdicts(out: dict) -> dict:
+    """Verdicts of :data:`CLAIMS` on a :func:`run_drest_lm_experiment` result, paired by seed."""
+    from ..claims import evaluate
+
+    fin = {arm: [r["final"] for r in sorted(rs, key=lambda r: r["seed"])] for arm, rs in out["runs"].items()}
+    return {"lm_neutral": evaluate(CLAIMS["lm_neutral"], [f["neutrality"] for f in fin["drest"]],
+                                   [f["neutrality"] for f in fin["default"]], seconds=out["seconds"]),
+            "lm_useful": evaluate(CLAIMS["lm_useful"], [f["usefulness"] for f in fin["drest"]],
+                                  seconds=out["seconds"])}
