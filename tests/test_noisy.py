@@ -252,3 +252,44 @@ def test_noisy_training_resumes_exactly(tiny, tmp_path):
     assert resumed.state["noisy_verifier"] == full.state["noisy_verifier"]
     assert full.state["noisy_verifier"]["calls"] == 2
     assert all(torch.equal(p, q) for p, q in zip(full.model.parameters(), resumed.model.parameters()))
+
+
+# ------------------------------------------------------------------ the chapter's bandit experiment
+def test_bandit_init_spreads_difficulty_and_is_seeded():
+    from rlcourse.methods.noisy_runs import _softmax, bandit_init
+
+    a, b = bandit_init(50, 10, 3), bandit_init(50, 10, 3)
+    assert a.shape == (50, 10) and np.array_equal(a, b) and not np.array_equal(a, bandit_init(50, 10, 4))
+    p = _softmax(a)[:, 0]
+    assert p.min() < 0.03 and p.max() > 0.25  # hard and moderate prompts
+    with pytest.raises(ValueError, match="n_answers"):
+        bandit_init(5, 2, 0)
+
+
+def test_noisy_bandit_learns_clean_and_pairs_seeds():
+    from rlcourse.methods.noisy_runs import late_window, train_noisy_bandit
+
+    clean = train_noisy_bandit(0.0, 0.0, "sample", "adam", 0.1, 300, [0, 1], eval_every=100)
+    assert clean["curve"].shape == (2, 4) and list(clean["eval_steps"]) == [0, 100, 200, 300]
+    assert np.all(clean["curve"][:, -1] > clean["curve"][:, 0] + 0.5)
+    # a seed's run does not depend on the other seeds run beside it (vectorised = one at a time)
+    alone = train_noisy_bandit(0.0, 0.0, "sample", "adam", 0.1, 300, [1], eval_every=100)
+    assert np.allclose(alone["curve"][0], clean["curve"][1])
+    # J = 0: the verifier is a coin, and the policy does not learn (its accuracy stays near the start)
+    coin = train_noisy_bandit(0.5, 0.5, "group", "sgd", 10.0, 300, [0, 1], eval_every=100)
+    assert np.all(np.abs(coin["curve"][:, -1] - coin["curve"][:, 0]) < 0.15)
+    assert np.allclose(late_window(clean["curve"], clean["eval_steps"], (200, 300)), clean["curve"][:, 2:].mean(1))
+    with pytest.raises(ValueError, match="late evaluation"):
+        late_window(clean["curve"], clean["eval_steps"], (250, 300))
+    with pytest.raises(ValueError, match="optimizer"):
+        train_noisy_bandit(0.0, 0.0, "sample", "rmsprop", 0.1, 10, [0])
+
+
+def test_noisy_claims_are_well_formed():
+    from rlcourse.methods.noisy_runs import CLAIMS
+
+    for c in CLAIMS.values():
+        assert c.key.startswith("noisy_verifiers/") and c.paper and c.statement and c.source
+    # the paper's tolerances are the margins: 1 point through 20%, about 2 points at 30%
+    assert CLAIMS["bandit-group-20"].margin == CLAIMS["lm-group-20"].margin == 0.01
+    assert CLAIMS["bandit-group-30"].margin == CLAIMS["lm-group-30"].margin == 0.02

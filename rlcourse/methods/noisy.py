@@ -23,10 +23,7 @@ the trainer's ``state``, so runs are reproducible and resume exactly from a chec
 """
 from __future__ import annotations
 
-import copy
 import math
-import os
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,7 +31,6 @@ import numpy as np
 import torch
 
 from ..rewards import get_reward, register_reward
-from ..profiles import one_torch_thread
 
 NOISE_MODES = ("sample", "group")
 _NV_TAG = 17_2604  # separates the noise streams from every other use of the run's seed
@@ -312,96 +308,4 @@ def mean_ci(x: np.ndarray, axis: int = -1, level: float = 0.95) -> tuple[np.ndar
     return mean, half
 
 
-def _nv_run(job: dict) -> dict:
-    """One GRPO run with a noisy verifier (a top-level function, so worker processes can run it)."""
-    from ..lm import load_base_model
-    from ..profiles import profile
-    from ..tasks import get_task
-    from ..train import RLConfig, Trainer
-
-    with one_torch_thread():
-        t0 = time.perf_counter()
-        prof = profile(job["profile"])
-        model, tok = load_base_model(job["task"], job["strength"], prof=prof, progress=False)
-        eval_examples = get_task(job["task"]).examples(job["eval_prompts"], seed=job["eval_seed"], split="test")
-        reward = make_noisy_reward(job["rho0"], job["rho1"], job["mode"], seed=job["seed"])
-        cfg = RLConfig(num_generations=job["G"], prompts_per_step=job["prompts"], steps=job["steps"],
-                       learning_rate=job["lr"], max_completion_length=job["max_len"], seed=job["seed"],
-                       reward=reward, advantage_estimator="grpo", progress=False)
-        trainer = Trainer(copy.deepcopy(model), tok, job["task"], cfg, eval_examples=eval_examples)
-        trainer.train()
-        log = trainer.state["noisy_verifier"]
-        return {"accuracy": trainer.evaluate(), "true_reward": list(log["true_reward"]),
-                "observed_reward": list(log["observed_reward"]), "error_rate": list(log["error_rate"]),
-                "seconds": time.perf_counter() - t0}
-
-
-def run_noisy_experiment(prof) -> dict:
-    """Final held-out greedy accuracy of GRPO on the tiny-LM addition task against verifier noise.
-
-    Structures: ``symmetric`` (rho0 = rho1 = rho) and ``lenient`` (false positives only: rho0 = rho,
-    rho1 = 0), per-sample noise, rho in {0.1, 0.2, 0.3, 0.4}, beside the clean run (rho = 0, shared by
-    both structures). Every (structure, rho) is run with the same seeds; a seed fixes the training
-    prompts, the sampling generator and the noise, so the runs of one seed are paired.
-
-    ============ ==================== ==================================================
-    accuracy     ``(S, R, N)``         final greedy accuracy (structure, rate incl. 0, seed)
-    mean, ci     ``(S, R)``            mean over seeds and 95% t-interval half-width
-    drop_mean/ci ``(S, R)``            paired accuracy drop vs the clean run of the same seed
-    true_reward  ``(S, R, N, steps)``  per-step true mean reward of the training samples
-    error_rate   ``(S, R, N)``         realised fraction of corrupted rewards
-    ============ ==================== ==================================================
-    """
-    from ..lm import load_base_model
-    from ..lm.zoo import greedy_accuracy
-    from ..tasks import get_task
-
-    rates = [0.0, 0.1, 0.2, 0.3, 0.4]
-    structures = {"symmetric": lambda r: (r, r), "lenient": lambda r: (r, 0.0)}
-    seeds = list(range(prof.pick(smoke=2, book=3, full=8)))
-    base = dict(profile=prof.name, task="addition", strength="medium", mode="sample",
-                steps=prof.pick(smoke=2, book=50, full=200), G=prof.num_generations,
-                prompts=prof.rl_prompts, lr=1e-4, max_len=10, eval_prompts=prof.eval_prompts, eval_seed=1234)
-    t0 = time.perf_counter()
-    with one_torch_thread():  # build (or load) the base model once, before any worker needs it
-        model, tok = load_base_model("addition", "medium", prof=prof, progress=False)
-        eval_examples = get_task("addition").examples(base["eval_prompts"], seed=base["eval_seed"], split="test")
-        base_acc = greedy_accuracy(model, tok, "addition", eval_examples, max_new_tokens=base["max_len"])
-    jobs = {}
-    for seed in seeds:
-        jobs[("clean", 0.0, seed)] = dict(base, rho0=0.0, rho1=0.0, seed=seed)
-        for name, rates_of in structures.items():
-            for rate in rates[1:]:
-                rho0, rho1 = rates_of(rate)
-                jobs[(name, rate, seed)] = dict(base, rho0=rho0, rho1=rho1, seed=seed)
-    workers = prof.pick(smoke=1, book=min(2, os.cpu_count() or 1), full=os.cpu_count() or 1)
-    keys = list(jobs)
-    if workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            results = dict(zip(keys, pool.map(_nv_run, [jobs[k] for k in keys])))
-    else:
-        results = {k: _nv_run(jobs[k]) for k in keys}
-
-    S, R, N = len(structures), len(rates), len(seeds)
-    acc = np.zeros((S, R, N))
-    true_reward = np.zeros((S, R, N, base["steps"]))
-    error_rate = np.zeros((S, R, N))
-    for s, name in enumerate(structures):
-        for j, rate in enumerate(rates):
-            for n, seed in enumerate(seeds):
-                res = results[("clean", 0.0, seed) if rate == 0.0 else (name, rate, seed)]
-                acc[s, j, n] = res["accuracy"]
-                true_reward[s, j, n] = res["true_reward"]
-                error_rate[s, j, n] = np.mean(res["error_rate"])
-    mean, ci = mean_ci(acc)
-    drop = acc[:, :1, :] - acc
-    drop_mean, drop_ci = mean_ci(drop)
-    return {"rates": rates, "structures": list(structures), "seeds": seeds, "steps": base["steps"],
-            "prompts_per_step": base["prompts"], "G": base["G"], "lr": base["lr"], "eval_prompts": base["eval_prompts"],
-            "base_accuracy": base_acc, "accuracy": acc, "mean": mean, "ci": ci, "drop_mean": drop_mean,
-            "drop_ci": drop_ci, "true_reward": true_reward, "error_rate": error_rate,
-            "youden_j": np.array([[youden_j(*structures[nm](r)) for r in rates] for nm in structures]),
-            "workers": workers, "seconds": time.perf_counter() - t0}
+# The chapter's experiments (the bandit, the tiny LM) and their claims live in noisy_runs.py.
