@@ -1,4 +1,9 @@
-"""Claims of the generative chapters, run in the book profile (slow; `pytest -m claims`)."""
+"""Claims of the generative chapters, run in the book profile (slow; `pytest -m claims`).
+
+Each test calls the chapter's experiment and the chapter's verdict function (the same claim objects) and
+asserts the verdicts. A comment and its assert say the same thing; thresholds come from the claims
+(rlcourse.generative.paretoslider.CLAIMS, rlcourse.generative.fdfo.CLAIMS), never from the last run.
+"""
 import numpy as np
 import pytest
 
@@ -7,17 +12,22 @@ import rlcourse
 
 @pytest.mark.claims
 def test_paretoslider_one_conditioned_model_matches_the_fixed_models():
-    from rlcourse.generative.paretoslider import run_paretoslider_experiment
+    from rlcourse.generative.paretoslider import paretoslider_verdicts, run_paretoslider_experiment
 
-    res = run_paretoslider_experiment(rlcourse.profile("book"))
-    # one conditioned model's front is as good as the five fixed-omega models' (within 3%) ...
-    assert res["hv_cond"].mean() >= 0.97 * res["hv_fixed"].mean(), (res["hv_cond"], res["hv_fixed"])
-    # ... with a fifth of the reward calls
-    assert res["cond_reward_calls"] * 5 == res["fixed_reward_calls"]
+    prof = rlcourse.profile("book")
+    res = run_paretoslider_experiment(prof)
+    assert res["seeds"] == prof.toy_seeds >= 5
+    v = paretoslider_verdicts(res)
+    # the paper's claim, per model: the conditioned model's hypervolume is above 0.97 of the five fixed
+    # models' over the seeds' interval ("matches or exceeds")
+    assert v["matches"].verdict == "holds", v["matches"].sentence()
+    # ... and so at equal total reward calls, where each fixed model trains a fifth as long
+    assert res["fixed_eq_reward_calls"] == res["cond_reward_calls"]
+    assert v["equal-calls"].verdict == "holds", v["equal-calls"].sentence()
+    # late scalarisation beats early scalarisation when the rewards' scales differ (paired by seed)
+    assert v["late-vs-early"].verdict == "holds", v["late-vs-early"].sentence()
     # each objective moves monotonically with its weight, in every seed
     assert (res["spearman_J1"] > 0.95).all() and (res["spearman_J2"] < -0.95).all()
-    # late scalarisation beats early scalarisation when the rewards' scales differ
-    assert res["hv_cond"].mean() > res["hv_early"].mean()
     # digits: the slider moves both classifier probabilities in the right direction
     d = res["digits_cond_J"]
     assert d[-1, 0] > d[0, 0] and d[-1, 1] < d[0, 1]
@@ -25,20 +35,25 @@ def test_paretoslider_one_conditioned_model_matches_the_fixed_models():
 
 
 @pytest.mark.claims
-def test_fdfo_converges_in_fewer_reward_calls_on_digits():
-    from rlcourse.generative.fdfo import run_fdfo_experiment
+def test_fdfo_faster_on_digits_and_not_in_2d():
+    from rlcourse.generative.fdfo import fdfo_verdicts, run_fdfo_experiment
 
-    res = run_fdfo_experiment(rlcourse.profile("book"))
+    prof = rlcourse.profile("book")
+    res = run_fdfo_experiment(prof)
+    assert res["seeds"] == prof.toy_seeds >= 5
+    v = fdfo_verdicts(res)
+    # the paper's claim on 64-dim digits: FDFO's reward curve lies above the per-step policy gradient's
+    # (area under the curve over the same reward-call budget, paired by seed): it holds
+    assert v["digits"].verdict == "holds", v["digits"].sentence()
+    # in 2-D the chapter's computed verdict: the per-step policy gradient's curve lies above FDFO's, so
+    # the claim does not hold there ...
+    assert v["ring"].verdict == "does not hold", v["ring"].sentence()
+    # ... although FDFO does learn (the control of that negative verdict: it raises the reward, and on
+    # digits the same code and protocol give "holds")
+    assert res["ring"]["fdfo"]["final"] > res["ring"]["base_reward"]
     d = res["digits"]
-    # the paper's claim, on 64-dim digits: fewer reward calls to converge than the per-step policy gradient
-    assert np.mean(d["fdfo"]["calls_to_level"]) < np.mean(d["pg"]["calls_to_level"]), (
-        d["fdfo"]["calls_to_level"], d["pg"]["calls_to_level"])
     assert d["fdfo"]["final"] > d["base_reward"] + 0.5
-    # and its samples stay closer to the real digits than the policy gradient's
+    # and on digits FDFO's samples stay closer to the real digits than the policy gradient's
     best_fd = d["fdfo"]["curves"][d["fdfo"]["best"]]
     best_pg = d["pg"]["curves"][d["pg"]["best"]]
     assert best_fd[:, -1, 1].mean() < best_pg[:, -1, 1].mean()
-    # what the chapter reports for 2-D: there the per-step policy gradient converges first
-    r = res["ring"]
-    assert np.mean(r["pg"]["calls_to_level"]) < np.mean(r["fdfo"]["calls_to_level"])
-    assert r["fdfo"]["final"] > r["base_reward"]  # FDFO does improve, only more slowly

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.systems import run_jigsaw_experiment
+from rlcourse.systems import jigsaw_verdicts, run_jigsaw_experiment
 
 
 @pytest.mark.claims
@@ -24,9 +24,13 @@ def test_jigsaw_gain_grows_with_tail_weight():
     assert np.all(gain["migrate"][heavy] > gain["multiplex"][heavy])
     assert np.all(out["gain"]["lookahead"] >= out["gain"]["migrate"] - 1e-9)
     assert np.all(out["gain"]["lookahead"] >= 1.0 - 1e-9)
-    # at the brief's tail weight (sigma = 1) the gain lands in the 1.3-2x band the brief expects
-    i1 = int(np.argmin(np.abs(sigmas - 1.0)))
-    assert 1.3 <= gain["lookahead"][i1] <= 2.5
+    # the paper's claim at sigma = 1, from the chapter's claim objects: the look-ahead's throughput
+    # exceeds the stage-level (verl-like) throughput (gain > 1 over the seeds' interval), and migration
+    # with the look-ahead exceeds multiplexing alone; the abstract's "up to 1.85x" is a maximum over its
+    # set-ups, so it is no threshold here (see rlcourse.systems.claims)
+    verdicts = jigsaw_verdicts(out, sigma=1.0)
+    assert verdicts["gain"].verdict == "holds", verdicts["gain"].sentence()
+    assert verdicts["migration"].verdict == "holds", verdicts["migration"].sentence()
     # multiplexing alone cannot beat the area/critical-path bound of its own graph
     assert np.all(out["gain"]["multiplex"] <= out["bound_gain"] + 1e-9)
     # with a single pipeline there is nothing to multiplex with
@@ -57,6 +61,9 @@ def test_jigsaw_claim_with_costs_measured_on_rlcourse_loop():
     assert np.all(sw["gain"]["multiplex"] <= sw["bound_gain"] + 1e-9)
     # smaller than with the synthetic costs at sigma = 1, and the rollout share says why
     synthetic = run_jigsaw_experiment(prof)
+    verdicts = jigsaw_verdicts(synthetic, out, sigma=1.0)
+    # the paper's direction holds with the measured costs too (look-ahead gain > 1 over the seeds)
+    assert verdicts["gain-measured"].verdict == "holds", verdicts["gain-measured"].sentence()
     i1 = int(np.argmin(np.abs(sigmas - 1.0)))
     assert gain["lookahead"][i1] < synthetic["gain"]["lookahead"].mean(axis=0)[i1]
     z = np.random.default_rng([0, 0]).standard_normal((3, 3, 128))
