@@ -668,14 +668,15 @@ def run_kl_experiment(prof: Profile | None = None) -> dict:
     prof = prof or current_profile()
     t0 = time.perf_counter()
     steps = prof.pick(smoke=40, book=1500, full=4000)
-    runs = prof.pick(smoke=2, book=8, full=32)
+    runs = max(prof.toy_seeds, prof.pick(smoke=2, book=8, full=32))  # every run is one replicate (seed)
     betas = prof.pick(smoke=[0.1, 0.5], book=[0.05, 0.1, 0.2, 0.5], full=[0.02, 0.05, 0.1, 0.2, 0.5, 1.0])
     batch, lr = 16, 0.5
     means, logref = kl_bandit()
     tail = max(1, steps // 10)
     out = {"betas": list(betas), "placements": list(KL_PLACEMENTS), "steps": steps, "batch": batch, "lr": lr,
            "runs": runs, "ref_J": float((logref.exp() * means).sum()), "best": float(means.max())}
-    for key in ("J", "KL", "curves_J", "curves_KL", "dist_opt", "dist_fwd"):
+    for key in ("J", "KL", "curves_J", "curves_KL", "dist_opt", "dist_fwd", "J_runs", "KL_runs", "dist_opt_runs",
+                "dist_fwd_runs"):
         out[key] = {p: [] for p in KL_PLACEMENTS}
     out.update({"opt_J": [], "opt_KL": [], "fwd_J": [], "fwd_KL": [], "k3_fixed_J": [], "k3_fixed_KL": [],
                 "dist_k3_fixed": []})
@@ -700,17 +701,161 @@ def run_kl_experiment(prof: Profile | None = None) -> dict:
                 res = train_kl_bandit(means, logref, beta, p, steps, batch, lr, runs, seed=i)
                 out["J"][p].append(float(res["J"][:, -tail:].mean()))
                 out["KL"][p].append(float(res["KL"][:, -tail:].mean()))
+                out["J_runs"][p].append(res["J"][:, -tail:].mean(1).numpy())
+                out["KL_runs"][p].append(res["KL"][:, -tail:].mean(1).numpy())
                 out["curves_J"][p].append(res["J"].mean(0).numpy())
                 out["curves_KL"][p].append(res["KL"].mean(0).numpy())
                 lo = kl_regularised_optimum(logref, means, beta).expand_as(res["logp"])
-                out["dist_opt"][p].append(float(kl_categorical(res["logp"], lo).mean()))
-                out["dist_fwd"][p].append(float(kl_categorical(res["logp"], fwd[i].expand_as(res["logp"])).mean()))
+                d_opt = kl_categorical(res["logp"], lo)
+                d_fwd = kl_categorical(res["logp"], fwd[i].expand_as(res["logp"]))
+                out["dist_opt"][p].append(float(d_opt.mean()))
+                out["dist_fwd"][p].append(float(d_fwd.mean()))
+                out["dist_opt_runs"][p].append(d_opt.numpy())
+                out["dist_fwd_runs"][p].append(d_fwd.numpy())
                 if p == "k3-loss":
                     out["dist_k3_fixed"].append(
                         float(kl_categorical(res["logp"], k3_fixed[i].expand_as(res["logp"])).mean()))
-    grid = np.geomspace(0.01, 10.0, 60)
+    grid = np.geomspace(0.001, 10.0, 200)
     front = [kl_regularised_optimum(logref, means, float(b)) for b in grid]
     out["frontier"] = {"beta": grid, "J": np.array([float((f.exp() * means).sum()) for f in front]),
                        "KL": np.array([float(kl_categorical(f, logref)) for f in front])}
     out["seconds"] = time.perf_counter() - t0
     return out
+
+
+def frontier_reward(E: dict, kl) -> np.ndarray:
+    """The reward of the closed-form optimum :math:`\\pi^*_\\beta` whose KL to the reference is ``kl``
+    (interpolated on ``E["frontier"]``): the most reward any policy can have at that KL."""
+    order = np.argsort(E["frontier"]["KL"])
+    return np.interp(kl, E["frontier"]["KL"][order], E["frontier"]["J"][order])
+
+
+_KL_SETTING = ("8-armed Bernoulli bandit (means 0.1..0.9, reference favouring the worse arms), REINFORCE with a "
+               "leave-one-out baseline, SGD on the logits, batches of 16, 1500 steps; one seed = one run, the "
+               "placements of a beta on the same random numbers; end point = mean of the last 10% of steps")
+KL_CLAIMS = {
+    "k2_vs_k3": Claim(
+        key="kl_control/k2-reaches-optimum",
+        paper="verl PR #2953; OpenRLHF PRs #1101, #1309 (gradients of the KL estimators)",
+        statement="k2 (and k3+) in the loss has the gradient of KL(pi || ref), so training ends at the "
+                  "regularised optimum pi* ~ ref exp(r / beta); k3 in the loss does not",
+        source="the pull requests' derivations; this chapter's proposition on expected gradients",
+        setting=_KL_SETTING + "; beta = 0.2",
+        metric="KL(pi_final || pi*_beta), per run", method="k2 in the loss", baseline="k3 in the loss",
+        kind="less", margin=0.0, unit="{:.4f}"),
+    "k3_forward": Claim(
+        key="kl_control/k3-forward-optimum",
+        paper="verl PR #2953; OpenRLHF PRs #1101, #1309 (gradients of the KL estimators)",
+        statement="k3 in the loss has the expected gradient of the forward KL(ref || pi), so it ends nearer "
+                  "the forward-KL optimum than the reverse-KL one",
+        source="the pull requests' derivations; this chapter's proposition on expected gradients",
+        setting=_KL_SETTING + "; beta = 0.2",
+        metric="KL from k3's final policy to the forward-KL optimum, per run",
+        method="distance to the forward-KL optimum", baseline="distance to pi*_beta",
+        kind="less", margin=0.0, unit="{:.4f}"),
+    "k3_frontier": Claim(
+        key="kl_control/k3-inside-frontier",
+        paper="verl PR #2953; OpenRLHF PRs #1101, #1309 (gradients of the KL estimators)",
+        statement="optimising the wrong divergence (k3 in the loss) ends off the reward-KL frontier of "
+                  "KL(pi || ref): the same reverse KL could have bought more reward",
+        source="consequence of the forward-KL gradient and of the closed-form optimum (this chapter)",
+        setting=_KL_SETTING + "; beta = 0.1",
+        metric="expected reward of the final policy, per run",
+        method="k3 in the loss", baseline="frontier reward at the same KL", kind="less", margin=0.0),
+    "tradeoff": Claim(
+        key="kl_control/beta-trades-reward-for-kl",
+        paper="Ouyang et al., Training language models to follow instructions with human feedback, 2022, arXiv:2203.02155",
+        statement="a per-token KL penalty to the SFT model in the reward keeps the policy near the SFT model; "
+                  "beta sets the trade-off",
+        source="Ouyang et al. (2022), section 3.5 (the PPO objective with the KL coefficient beta)",
+        setting=_KL_SETTING + "; k1 in the reward, largest beta against smallest",
+        metric="exact KL(pi || ref) at the end, per run",
+        method="largest beta", baseline="smallest beta", kind="less", margin=0.0),
+}
+
+
+def kl_verdicts(E: dict) -> dict:
+    """The verdicts of :data:`KL_CLAIMS` on :func:`run_kl_experiment`'s output; replicates are runs."""
+    b = E["betas"]
+    i2 = b.index(0.2) if 0.2 in b else len(b) - 1
+    i1 = b.index(0.1) if 0.1 in b else 0
+    s = E["seconds"]
+    k3_kl = E["KL_runs"]["k3-loss"][i1]
+    return {
+        "k2_vs_k3": evaluate(KL_CLAIMS["k2_vs_k3"], E["dist_opt_runs"]["k2-loss"][i2],
+                             E["dist_opt_runs"]["k3-loss"][i2], seconds=s),
+        "k3_forward": evaluate(KL_CLAIMS["k3_forward"], E["dist_fwd_runs"]["k3-loss"][i2],
+                               E["dist_opt_runs"]["k3-loss"][i2], seconds=s),
+        "k3_frontier": evaluate(KL_CLAIMS["k3_frontier"], E["J_runs"]["k3-loss"][i1], frontier_reward(E, k3_kl),
+                                seconds=s),
+        "tradeoff": evaluate(KL_CLAIMS["tradeoff"], E["KL_runs"]["k1-reward"][-1], E["KL_runs"]["k1-reward"][0],
+                             seconds=s),
+    }
+
+
+KL_LM_CLAIM = Claim(
+    key="kl_control/lm-beta-keeps-near-reference",
+    paper="Ouyang et al., Training language models to follow instructions with human feedback, 2022, arXiv:2203.02155",
+    statement="a KL penalty to the SFT model keeps the policy near the SFT model; beta sets the trade-off",
+    source="Ouyang et al. (2022), section 3.5",
+    setting="tiny Llama addition model (the lab's medium base), GRPO with the KL in the loss (the trainer's default "
+            "estimator), 8 prompts x 8 samples, 15 steps, learning rate 3e-4; KL on 64 held-out prompts x 4 samples",
+    metric="sequence-level KL to the reference after training (mean of the summed per-token k1)",
+    method="largest beta", baseline="beta = 0", kind="less", margin=0.0)
+
+
+def kl_lm_verdict(S: dict):
+    """The verdict of :data:`KL_LM_CLAIM` on :func:`run_kl_beta_sweep_lm`'s output (paired by seed)."""
+    return evaluate(KL_LM_CLAIM, S["kl"][-1], S["kl"][0], seconds=S["seconds"])
+
+
+# ---------------------------------------------------------------------------- the same trade-off on the tiny LM
+def run_kl_beta_sweep_lm(prof: Profile | None = None, betas=None) -> dict:
+    """Chapter *KL control*: GRPO with the KL in the loss (the trainer's default estimator) on the
+    tiny addition model, for several ``beta`` and ``prof.seeds`` seeds, a small budget each. After
+    training, on fresh samples of held-out prompts: the sampled accuracy (temperature 1) and the
+    sequence-level KL to the reference, the mean over samples of :math:`\\sum_t k_1`.
+
+    Returns a dict: ``betas``, ``seeds``, ``steps``; ``reward`` and ``kl`` ``(len(betas), seeds)``;
+    ``base_reward`` (the base model's sampled accuracy on the same prompts); ``seconds``.
+    """
+    from .lm import load_base_model, response_logprobs, sample
+    from .tasks import get_task
+    from .train import RLConfig, Trainer
+
+    prof = prof or current_profile()
+    t0 = time.perf_counter()
+    betas = list(betas) if betas is not None else prof.pick(smoke=[0.0, 1.0], book=[0.0, 0.2, 2.0])
+    steps = prof.pick(smoke=2, book=15, full=100)
+    n_eval = prof.pick(smoke=8, book=64, full=256)
+    seeds = list(range(prof.seeds))
+    task = get_task("addition")
+    test = task.examples(n_eval, seed=4321, split="test")
+    prompts = [e.prompt for e in test]
+
+    def measure(model, ref, seed):
+        fresh = sample(model, tok, prompts, num_generations=4, max_new_tokens=10,
+                       generator=torch.Generator().manual_seed(10_000 + seed))
+        with torch.no_grad():
+            ref_lp = response_logprobs(ref, fresh.input_ids, fresh.attention_mask, fresh.response_len)
+        kl = float(((fresh.logprobs - ref_lp) * fresh.response_mask).sum(-1).mean())
+        acc = float(task.rewards(fresh.texts, [e for e in test for _ in range(4)]).mean())
+        return acc, kl
+
+    reward = np.zeros((len(betas), len(seeds)))
+    kl = np.zeros((len(betas), len(seeds)))
+    with one_torch_thread():
+        base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
+        base_reward = measure(base, base, 0)[0]
+        for i, beta in enumerate(betas):
+            for j, seed in enumerate(seeds):
+                model, tok = load_base_model("addition", "medium", prof=prof, progress=False)
+                cfg = RLConfig(beta=float(beta), num_generations=prof.pick(smoke=4, book=8), steps=steps,
+                               prompts_per_step=prof.pick(smoke=4, book=8), max_completion_length=10,
+                               learning_rate=prof.pick(smoke=1e-4, book=3e-4), progress=False, train_pool_size=512,
+                               eval_prompts=8, seed=seed)
+                tr = Trainer(model, tok, "addition", cfg)
+                tr.train()
+                reward[i, j], kl[i, j] = measure(tr.model, base, seed)
+    return {"betas": betas, "seeds": len(seeds), "steps": steps, "reward": reward, "kl": kl,
+            "base_reward": base_reward, "seconds": time.perf_counter() - t0}

@@ -4,7 +4,7 @@ import pytest
 
 import rlcourse
 from rlcourse.preferences import run_reward_model_experiment
-from rlcourse.testtime import run_test_time_experiment
+from rlcourse.testtime import run_test_time_experiment, tts_verdicts
 
 
 @pytest.mark.claims
@@ -36,16 +36,15 @@ def test_reward_model_best_of_n_overoptimises():
 def test_rl_raises_pass1_and_maj_more_than_pass_at_large_k():
     r = run_test_time_experiment(rlcourse.profile("book"))
     base, rl = r["base"], r["rl"]
-    mean = {k: np.mean([x[k] for x in rl], axis=0) for k in ("pass", "maj", "bok_noisy")}
-    gain = mean["pass"] - base["pass"]
-    # RL raises pass@1 clearly, in every seed
-    assert all(x["pass"][0] > base["pass"][0] + 0.05 for x in rl)
-    # ... and maj@k at the largest k
-    assert mean["maj"][-1] > base["maj"][-1] + 0.05
-    # but its pass@k gain shrinks with k: at k = n it is a small fraction of the pass@1 gain
-    assert gain[-1] < 0.25 * gain[0]
-    assert gain[-1] < gain[len(gain) // 2] < gain[0]
-    # best-of-k by the noisy reward: at the largest k the base model recovers most of RL's lead
-    # (all of it, within 0.02, in earlier runs; 0.035 of a larger lead at k = 1 in a later one)
-    lead = mean["bok_noisy"] - base["bok_noisy"]
-    assert lead[-1] <= max(0.02, 0.5 * lead[0]), (lead[0], lead[-1])
+    assert len(rl) >= 3
+    v = tts_verdicts(r)
+    # Yue et al.'s direction, decided by the claim objects over the GRPO seeds: RL raises pass@1, and its
+    # pass@k gain is smaller at k = n than at k = 1
+    assert v["pass1"].verdict == "holds", v["pass1"].sentence()
+    assert v["gain_shrinks"].verdict == "holds", v["gain_shrinks"].sentence()
+    # best-of-k by the noisy reward: "recovers most" means RL's lead at k = n is below half its lead at
+    # k = 1 (the claim's own threshold, no slack added)
+    assert v["bok"].verdict == "holds", v["bok"].sentence()
+    # RL raises maj@k at the largest k (the mode moved)
+    mean_maj = np.mean([x["maj"] for x in rl], axis=0)
+    assert mean_maj[-1] > base["maj"][-1]
