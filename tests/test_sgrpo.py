@@ -147,3 +147,27 @@ def test_sortadd_task_scores_both_parts():
     kinds = {("+" in e.prompt) for e in ex}
     assert kinds == {True, False}
     assert all(task.score(e.solution, e).reward == 1.0 for e in ex)
+
+
+# ------------------------------------------------------------------ the chapter's SFT frontier
+def test_sft_forgetting_at_reads_the_frontier():
+    from rlcourse.methods.sgrpo_runs import sft_forgetting_at
+
+    slow = np.array([[0.0, 0.0], [0.1, 0.02], [0.2, 0.06]])
+    fast = np.array([[0.0, 0.0], [0.2, 0.2], [0.4, 0.5]])
+    # interpolated at the first crossing; the most favourable run wins
+    assert sft_forgetting_at(0.15, [slow, fast]) == (pytest.approx(0.04), True)
+    assert sft_forgetting_at(0.3, [slow, fast]) == (pytest.approx(0.35), True)
+    # a gain no run reaches: the largest-gain point stands in, flagged as unmatched
+    assert sft_forgetting_at(0.9, [slow, fast]) == (pytest.approx(0.5), False)
+    with pytest.raises(ValueError, match="trajectory"):
+        sft_forgetting_at(0.1, [np.zeros((3, 3))])
+    with pytest.raises(ValueError, match="at least one"):
+        sft_forgetting_at(0.1, [])
+
+
+def test_sgrpo_claims_are_well_formed():
+    from rlcourse.methods.sgrpo_runs import SGRPO_CLAIMS
+
+    for c in SGRPO_CLAIMS.values():
+        assert c.key.startswith("s_grpo/") and c.source == "abstract" and c.kind == "greater"

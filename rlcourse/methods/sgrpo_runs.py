@@ -1,0 +1,213 @@
+"""The S-GRPO chapter's experiment and claims: a cold start on addition from a base model that sorts,
+GRPO and S-GRPO against a *frontier* of SFT runs (several learning rates, every checkpoint), so that
+S-GRPO's forgetting is compared with SFT's at the same gain, not at one unmatched SFT point.
+
+Course material for *S-GRPO: Unified Post-Training for Large Vision-Language Models*, Yan, Tang, Chen,
+Xu, Hu, Yu, Hu (2026), arXiv:2604.16557. Both RL arms aggregate the loss as GRPO does
+(``seq-mean-token-mean``), the aggregation the chapter's gradient proposition assumes, and take one
+optimisation pass per batch (``num_iterations = 1``), so the PPO clip never acts in these runs.
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+
+from ..claims import Claim, Verdict, evaluate
+from ..profiles import one_torch_thread
+from ..tasks import Addition, Sort
+from .sgrpo import STATE_KEY, _accuracies, attach_references
+
+LOSS_AGG = "seq-mean-token-mean"
+
+
+def sft_forgetting_at(gain: float, trajectories: list[np.ndarray]) -> tuple[float, bool]:
+    """SFT's forgetting at a given gain, read off SFT's frontier.
+
+    Each trajectory is one SFT run (one learning rate) as ``(E, 2)`` points ``(gain, forgetting)`` in
+    checkpoint order, starting at the base model ``(0, 0)``. For each run that reaches ``gain``, the
+    forgetting is linearly interpolated at the first crossing; the result is the smallest over runs
+    (the most favourable SFT setting). If no run reaches ``gain``, the forgetting of the point with the
+    largest gain is returned (a lower bound: forgetting grows with gain along these runs), with
+    ``matched = False``.
+
+    ============ ================= ==========================================
+    gain         float             the gain to match (e.g. S-GRPO's)
+    trajectories list of ``(E,2)`` SFT runs' (gain, forgetting) checkpoints
+    return       (float, bool)     forgetting, and whether the gain was reached
+    ============ ================= ==========================================
+    """
+    if not trajectories:
+        raise ValueError("need at least one SFT trajectory")
+    found = []
+    best = None
+    for tr in trajectories:
+        tr = np.asarray(tr, dtype=float)
+        if tr.ndim != 2 or tr.shape[1] != 2 or len(tr) < 1:
+            raise ValueError(f"a trajectory must be (E, 2) points (gain, forgetting), got shape {tr.shape}")
+        for i in range(len(tr)):
+            if best is None or tr[i, 0] > best[0]:
+                best = tr[i]
+            if tr[i, 0] >= gain:
+                if i == 0:
+                    found.append(tr[0, 1])
+                else:
+                    (g0, f0), (g1, f1) = tr[i - 1], tr[i]
+                    w = 0.0 if g1 == g0 else (gain - g0) / (g1 - g0)
+                    found.append(f0 + w * (f1 - f0))
+                break
+    if found:
+        return float(min(found)), True
+    return float(best[1]), False
+
+
+def run_sgrpo_frontier(prof) -> dict:
+    """GRPO and S-GRPO (same optimiser, learning rate, steps, prompts per step) and SFT on the same
+    demonstrations at several learning rates, from the ``sg_sortadd`` base model, over ``prof.seeds``
+    paired seeds. Greedy held-out accuracy on addition (trained) and sort (not trained) at every
+    evaluation step.
+
+    ============== =============================== =================================================
+    steps          ``(E,)``                        evaluation steps (0 = base model)
+    curves[arm]    dict ``{"addition", "sort"}``   ``(N, E)`` accuracies, arm in GRPO, S-GRPO
+    sft[lr]        dict ``{"addition", "sort"}``   ``(N, E)`` accuracies of SFT at learning rate lr
+    injected       ``(N, steps)``                  S-GRPO's fraction of injected (all-fail) groups
+    base           dict                            base model's accuracies
+    ============== =============================== =================================================
+    """
+    from ..lm.sampling import sample
+    from ..lm.zoo import load_base_model
+    from ..train import RLConfig, Trainer, sft
+
+    seeds = list(range(prof.seeds))
+    steps = prof.pick(smoke=2, book=60, full=200)
+    every = prof.pick(smoke=1, book=10, full=20)
+    n_eval = prof.pick(smoke=16, book=128, full=512)
+    G, n_prompts = prof.pick(smoke=2, book=8, full=8), prof.pick(smoke=4, book=16, full=32)
+    lr = prof.pick(smoke=1e-4, book=3e-4, full=3e-4)
+    sft_lrs = prof.pick(smoke=[1e-4], book=[3e-5, 1e-4, 3e-4], full=[3e-5, 1e-4, 3e-4, 1e-3])
+    t0 = time.perf_counter()
+    with one_torch_thread():
+        base, tok = load_base_model("sg_sortadd", strength=0.46, prof=prof, progress=False)
+        add = Addition()
+        held = {"addition": add.examples(n_eval, seed=0, split="test"),
+                "sort": Sort().examples(n_eval, seed=0, split="test")}
+        base_acc = _accuracies(base, tok, held)
+        probe = sample(base, tok, [e.prompt for e in held["addition"]], num_generations=G, max_new_tokens=10,
+                       generator=torch.Generator().manual_seed(0))
+        base_p = float(add.rewards(probe.texts, [e for e in held["addition"] for _ in range(G)]).mean())
+        eval_steps = list(range(0, steps + 1, every))
+        if eval_steps[-1] != steps:
+            eval_steps.append(steps)
+        curves = {arm: {"addition": [], "sort": []} for arm in ("GRPO", "S-GRPO")}
+        sft_curves = {l: {"addition": [], "sort": []} for l in sft_lrs}
+        injected = []
+        for seed in seeds:
+            pool = add.examples(4000, seed=seed, split="train")
+            for l in sft_lrs:
+                torch.manual_seed(seed)
+                model = copy.deepcopy(base)
+                row = {k: [v] for k, v in base_acc.items()}
+                done = 0
+                for s in eval_steps[1:]:
+                    sft(model, tok, pool, steps=s - done, batch_size=n_prompts, lr=l, seed=seed * 1000 + s)
+                    done = s
+                    for k, v in _accuracies(model, tok, held).items():
+                        row[k].append(v)
+                for k in row:
+                    sft_curves[l][k].append(row[k])
+            for arm in ("GRPO", "S-GRPO"):
+                torch.manual_seed(seed)
+                cfg = RLConfig(num_generations=G, prompts_per_step=n_prompts, max_completion_length=10,
+                               steps=steps, learning_rate=lr, seed=seed, progress=False, loss_type=LOSS_AGG,
+                               num_iterations=1, sampler="s_grpo" if arm == "S-GRPO" else "policy")
+                tr = Trainer(copy.deepcopy(base), tok, add, cfg, train_examples=pool,
+                             eval_examples=held["addition"][:8])
+                if arm == "S-GRPO":
+                    attach_references(tr.state, add, pool)
+                row = {k: [v] for k, v in base_acc.items()}
+                for s in eval_steps[1:]:
+                    tr.train(steps=s)
+                    for k, v in _accuracies(tr.model, tok, held).items():
+                        row[k].append(v)
+                for k in row:
+                    curves[arm][k].append(row[k])
+                if arm == "S-GRPO":
+                    injected.append(list(tr.state[STATE_KEY]["injected"]))
+    as_arr = lambda d: {k: np.asarray(v, dtype=float) for k, v in d.items()}  # noqa: E731
+    return {"steps": eval_steps, "curves": {a: as_arr(c) for a, c in curves.items()},
+            "sft": {l: as_arr(c) for l, c in sft_curves.items()}, "sft_lrs": sft_lrs,
+            "injected": np.asarray(injected, dtype=float), "base": base_acc, "base_p": base_p, "G": G, "lr": lr,
+            "seeds": seeds, "loss_agg": LOSS_AGG, "seconds": time.perf_counter() - t0}
+
+
+def gains_and_forgetting(res: dict) -> dict:
+    """Per seed: each arm's final gain on addition and forgetting of sort (base minus final), and SFT's
+    forgetting at S-GRPO's gain read off the SFT frontier (:func:`sft_forgetting_at`).
+
+    ============= ======= ==================================================
+    gain[arm]     ``(N,)`` final addition accuracy minus the base model's
+    forget[arm]   ``(N,)`` base sort accuracy minus the final one
+    sft_matched   ``(N,)`` SFT's forgetting at S-GRPO's gain
+    matched       ``(N,)`` whether some SFT run reached that gain
+    ============= ======= ==================================================
+    """
+    b = res["base"]
+    out = {"gain": {}, "forget": {}}
+    for arm, c in res["curves"].items():
+        out["gain"][arm] = c["addition"][:, -1] - b["addition"]
+        out["forget"][arm] = b["sort"] - c["sort"][:, -1]
+    for l, c in res["sft"].items():
+        out["gain"][f"SFT lr={l:g}"] = c["addition"][:, -1] - b["addition"]
+        out["forget"][f"SFT lr={l:g}"] = b["sort"] - c["sort"][:, -1]
+    matched, flags = [], []
+    for n in range(len(res["seeds"])):
+        trajs = [np.stack([c["addition"][n] - b["addition"], b["sort"] - c["sort"][n]], 1) for c in res["sft"].values()]
+        f, ok = sft_forgetting_at(float(out["gain"]["S-GRPO"][n]), trajs)
+        matched.append(f)
+        flags.append(ok)
+    out["sft_matched"], out["matched"] = np.asarray(matched), np.asarray(flags)
+    return out
+
+
+_SG_PAPER = "S-GRPO: Unified Post-Training for Large Vision-Language Models, Yan et al., 2026, arXiv:2604.16557"
+_SG_SETTING = ("tiny LM, cold start on 2-digit addition from a base model that sorts (sg_sortadd); G = 8, 16 prompts "
+               "x 60 steps, AdamW lr 3e-4, seq-mean-token-mean, one pass per batch; greedy held-out accuracy")
+SGRPO_CLAIMS = {
+    "vs-grpo": Claim(
+        key="s_grpo/faster-than-grpo", paper=_SG_PAPER,
+        statement="S-GRPO ... drastically accelerates convergence [than RL from a cold start, where the model fails "
+                  "to sample any valid trajectory]", source="abstract", setting=_SG_SETTING,
+        metric="addition accuracy, mean over the run's evaluations (area under the curve)", method="S-GRPO",
+        baseline="GRPO", kind="greater", margin=0.0),
+    "vs-sft-gain": Claim(
+        key="s_grpo/adaptation-vs-sft", paper=_SG_PAPER,
+        statement="S-GRPO ... achieves superior domain adaptation [than SFT]", source="abstract",
+        setting=_SG_SETTING + "; SFT on the same demonstrations at the same lr and steps",
+        metric="final addition accuracy", method="S-GRPO", baseline="SFT (same lr, same steps)", kind="greater",
+        margin=0.0),
+    "forgetting": Claim(
+        key="s_grpo/forgets-less-than-sft", paper=_SG_PAPER,
+        statement="S-GRPO ... while preserving the base model's general-purpose capabilities [SFT induces "
+                  "catastrophic forgetting]", source="abstract",
+        setting=_SG_SETTING + "; SFT frontier over lr in {3e-5, 1e-4, 3e-4} and every checkpoint, read at "
+                              "S-GRPO's gain", metric="sort accuracy lost (base minus final)",
+        method="SFT at S-GRPO's gain", baseline="S-GRPO", kind="greater", margin=0.0),
+}
+
+
+def sgrpo_verdicts(res: dict) -> dict[str, Verdict]:
+    """The claims of :data:`SGRPO_CLAIMS`, evaluated on :func:`run_sgrpo_frontier`'s output."""
+    gf, s, c = gains_and_forgetting(res), res["seconds"], res["curves"]
+    same = res["sft"][res["lr"]]["addition"][:, -1] if res["lr"] in res["sft"] else None
+    out = {
+        "vs-grpo": evaluate(SGRPO_CLAIMS["vs-grpo"], c["S-GRPO"]["addition"].mean(1), c["GRPO"]["addition"].mean(1),
+                            seconds=s),
+        "forgetting": evaluate(SGRPO_CLAIMS["forgetting"], gf["sft_matched"], gf["forget"]["S-GRPO"], seconds=s,
+                               matched=gf["matched"].tolist()),
+    }
+    if same is not None:
+        out["vs-sft-gain"] = evaluate(SGRPO_CLAIMS["vs-sft-gain"], c["S-GRPO"]["addition"][:, -1], same, seconds=s)
+    return out
