@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .claims import Claim, evaluate
 from .lm.heads import ScalarHeadModel
 from .lm.sampling import sample
 from .lm.zoo import load_base_model
@@ -292,7 +293,7 @@ def experiment_sizes(prof: Profile) -> dict:
                    test_prompts=4, test_samples=8, Ns=[1, 2, 4, 8], seeds=[0], beta=4.0, temperature=1.0,
                    max_new_tokens=10),
         book=dict(train_prompts=400, train_samples=8, pairs_per_prompt=8, rm_steps=300, rm_batch=32, rm_lr=3e-4,
-                  test_prompts=48, test_samples=64, Ns=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], seeds=[0, 1, 2],
+                  test_prompts=48, test_samples=64, Ns=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], seeds=list(range(prof.seeds)),
                   beta=4.0, temperature=1.0, max_new_tokens=10),
     )
 
@@ -318,7 +319,8 @@ def run_reward_model_experiment(prof: Profile | None = None) -> dict:
         res = {k: [] for k in ("rm_loss", "rm_train_acc", "pair_acc", "label_agreement", "proxy", "true", "oracle",
                                "acc_proxy", "acc_oracle", "n_pairs", "base_true", "base_acc", "proxy_offset_std",
                                "top_malformed", "base_malformed", "top_consistent", "base_consistent",
-                               "top_picks")}
+                               "top_picks", "top_right", "top_wrong_len", "base_wrong_len", "true_wrong_len",
+                               "true_right_len")}
         for seed in cfg["seeds"]:
             gen = torch.Generator().manual_seed(10_000 + seed)
             rng = np.random.default_rng(seed)
@@ -360,8 +362,46 @@ def run_reward_model_experiment(prof: Profile | None = None) -> dict:
             consistent = np.array([[self_consistent(c) for c in t] for t in t_texts])
             res["top_consistent"].append(float(consistent[np.arange(len(test)), top].mean()))
             res["base_consistent"].append(float(consistent.mean()))
+            # what the favourites have in common: a final answer with the wrong number of digits
+            values = [[parse_final_answer(c) for c in t] for t in t_texts]
+            wrong_len = np.array([[v is not None and len(str(v)) != len(str(e.answer)) for v in row]
+                                  for row, e in zip(values, test)])
+            res["top_right"].append(float((t_rewards[np.arange(len(test)), top] == 0).mean()))
+            res["top_wrong_len"].append(float(wrong_len[np.arange(len(test)), top].mean()))
+            res["base_wrong_len"].append(float(wrong_len.mean()))
+            res["true_wrong_len"].append(float(t_rewards[wrong_len].mean()) if wrong_len.any() else float("nan"))
+            res["true_right_len"].append(float(t_rewards[~wrong_len].mean()))
             res["top_picks"].append([(e.prompt, e.answer, t_texts[i][top[i]], float(t_rewards[i, top[i]]))
                                      for i, e in enumerate(test[:8])])
         out = {k: (np.array(v) if k != "top_picks" else v) for k, v in res.items()}
         out.update(Ns=np.array(Ns), config=cfg, profile=prof.name, seconds=time.perf_counter() - t0)
         return out
+
+
+RM_CLAIMS = {
+    "falls": Claim(
+        key="reward_models/gold-reward-falls-under-best-of-n",
+        paper="Gao, Schulman and Hilton, Scaling Laws for Reward Model Overoptimization, 2022, arXiv:2210.10760",
+        statement="as best-of-n optimises a proxy reward model harder, the gold reward first rises and then "
+                  "falls (tested here: at the largest n it is below its n = 1 value)",
+        source="abstract and section 3 (best-of-n results)",
+        setting="tiny Llama addition model (the lab's medium base); Bradley-Terry reward model from its trunk, "
+                "trained on 400 prompts x 8 pairs labelled by a graded true reward at beta = 4; best-of-N on 48 "
+                "held-out prompts x 64 samples",
+        metric="true reward of the proxy's pick, unbiased best-of-N estimate", method="N = 64", baseline="N = 1",
+        kind="less", margin=0.0),
+    "proxy_rises": Claim(
+        key="reward_models/proxy-rises-under-best-of-n",
+        paper="Gao, Schulman and Hilton, Scaling Laws for Reward Model Overoptimization, 2022, arXiv:2210.10760",
+        statement="the proxy reward of the best-of-n pick rises monotonically with n",
+        source="abstract and section 3", setting="as for the gold-reward claim",
+        metric="proxy score of the proxy's pick, in true-reward units", method="N = 64", baseline="N = 1",
+        kind="greater", margin=0.0),
+}
+
+
+def rm_verdicts(res: dict) -> dict:
+    """The verdicts of :data:`RM_CLAIMS` on :func:`run_reward_model_experiment`'s output (one value per seed)."""
+    s = res["seconds"]
+    return {"falls": evaluate(RM_CLAIMS["falls"], res["true"][:, -1], res["true"][:, 0], seconds=s),
+            "proxy_rises": evaluate(RM_CLAIMS["proxy_rises"], res["proxy"][:, -1], res["proxy"][:, 0], seconds=s)}

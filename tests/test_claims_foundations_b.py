@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.preferences import run_reward_model_experiment
+from rlcourse.preferences import rm_verdicts, run_reward_model_experiment
 from rlcourse.testtime import run_test_time_experiment, tts_verdicts
 
 
@@ -15,6 +15,15 @@ def test_reward_model_best_of_n_overoptimises():
     # the reward model learned something, but far less than its labels carry
     assert r["pair_acc"].mean() > 0.52
     assert r["pair_acc"].mean() < r["label_agreement"].mean()
+    # Gao et al.'s direction, decided by the claim objects over the seeds: the proxy of the pick rises
+    # from N = 1 to N = 64, and the true reward of the pick at N = 64 is below its N = 1 value
+    v = rm_verdicts(r)
+    assert v["proxy_rises"].verdict == "holds", v["proxy_rises"].sentence()
+    assert v["falls"].verdict == "holds", v["falls"].sentence()
+    # the correlated error that explains the fall: the favourites have the wrong number of digits more
+    # often than the samples do, and those answers are worse than average
+    assert r["top_wrong_len"].mean() > r["base_wrong_len"].mean()
+    assert np.nanmean(r["true_wrong_len"]) < r["base_true"].mean()
     # the proxy's score of its own pick rises with N (every seed, every step of the grid)
     assert np.all(np.diff(r["proxy"], axis=1) > 0)
     # the true reward of the proxy's pick peaks at an intermediate N and ends below its N = 1 value:
