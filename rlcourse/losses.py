@@ -12,6 +12,13 @@ mode (verl)                  loss                                          TRL `
 ``seq-mean-token-sum``       mean over sequences of their token sum        -
 ``seq-mean-token-sum-norm``  sum of token losses / (B x T_max)             ``dr_grpo``
 ============================ ============================================ ======================
+
+The names are verl's, but one denominator is not: verl's own ``agg_loss`` (``verl/trainer/ppo/
+core_algos.py``, e.g. at commit 012be9d9) computes ``seq-mean-token-sum-norm`` as the *sum* over
+sequences of their token sums divided by ``loss_mask.shape[-1]`` (T_max) alone, while ours divides by
+B x T_max, as TRL's ``loss_type="dr_grpo"`` does. The two differ by the factor B (the number of
+sequences in the batch): same direction, a B-times larger gradient in verl, which its learning rate
+(or gradient clipping) absorbs.
 """
 from __future__ import annotations
 
