@@ -1,33 +1,58 @@
-"""The PoE-steering chapter's claims, measured in the book profile (slow: `pytest -m claims`)."""
+"""The PoE-steering chapter's claims, measured in the book profile (slow: `pytest -m claims`).
+
+Each assert is the verdict the chapter computes from the same claim objects (rlcourse.control.poe.CLAIMS)
+on the same experiment functions, over the profile's toy seeds.
+"""
 import pytest
 
 import rlcourse
-from rlcourse.control.poe import run_poe_experiment
+from rlcourse.control.mujoco_cells import run_balance_cells
+from rlcourse.control.poe import poe_verdicts, run_poe_experiment, selector_prefers_random_prior
+
+
+@pytest.fixture(scope="module")
+def runs():
+    prof = rlcourse.profile("book")
+    res = run_poe_experiment(prof)
+    bal = run_balance_cells(prof)
+    return res, bal, poe_verdicts(res, bal)
 
 
 @pytest.mark.claims
-def test_poe_claims_book_profile():
-    r = run_poe_experiment(rlcourse.profile("book"))
-    c = r["cells"]
-    i = r["alphas"].index(0.5)
-    # 1. Under a random prior, PoE stays near every competent actor; additive and prior-only collapse.
-    for actor in ("expert", "medium", "mixed"):
-        cell = c[f"{actor}|random"]
-        assert cell["poe"][i] > cell["additive"][i] + 0.1, actor
-        assert cell["poe"][i] > cell["prior"] + 0.3, actor
-    assert c["expert|random"]["poe"][i] >= c["expert|random"]["frozen"] - 0.05
-    # 2. A precise (expert) actor anchors PoE under every prior, at every alpha < 0.9;
-    #    additive steering with a degraded prior does not survive alpha = 0.5.
-    for prior in r["priors"]:
-        assert min(c[f"expert|{prior}"]["poe"][:4]) >= c[f"expert|{prior}"]["frozen"] - 0.05, prior
-    assert c["expert|degraded"]["additive"][i] < c["expert|degraded"]["frozen"] - 0.3
-    # 3. With a good prior, composition helps the weaker actors.
-    for actor in ("medium", "mixed", "random"):
-        assert r["labels"]["poe"][f"{actor}|good"] == "HELP", actor
-    # 4. The chapter's honest caveat: a degraded prior that is about as confident as a medium
-    #    actor hurts PoE too (anchoring is relative to the actor's precision).
-    assert r["labels"]["poe"]["medium|degraded"] == "HURT"
-    # 5. Over the 12 cells, PoE is hurt in fewer cells than additive and prior-only steering.
-    assert r["tally"]["poe"]["HURT"] < r["tally"]["additive"]["HURT"]
-    assert r["tally"]["poe"]["HURT"] < r["tally"]["prior"]["HURT"]
-    assert sum(r["tally"]["poe"].values()) == 12
+def test_poe_anchoring_claims_hold_on_the_navigation_task(runs):
+    res, _, v = runs
+    # the paper's graceful degradation: under a random prior, PoE stays within 0.05 of the frozen expert ...
+    assert v["anchored"].verdict == "holds", v["anchored"].sentence()
+    # ... while additive and prior-only steering fall more than 0.10 below PoE (competent actors)
+    assert v["additive_collapses"].verdict == "holds", v["additive_collapses"].sentence()
+    assert v["prior_collapses"].verdict == "holds", v["prior_collapses"].sentence()
+
+
+@pytest.mark.claims
+def test_poe_expert_row_contradicts_the_papers_medium_expert_hurt(runs):
+    res, _, v = runs
+    # the chapter says plainly: our expert row is not HURT (the paper: medium-expert HURT 9/9)
+    assert v["expert_hurt"].verdict != "holds", v["expert_hurt"].sentence()
+    assert "HURT" not in {res["labels"]["poe"][f"expert|{p}"] for p in res["priors"]}
+    # positive control: the same bootstrap does label a cell HURT (medium actor, degraded prior)
+    assert res["labels"]["poe"]["medium|degraded"] == "HURT"
+
+
+@pytest.mark.claims
+def test_poe_kl_selector(runs):
+    res, _, v = runs
+    # the chapter glues the verdict computed by the run; it is not typed, so only its type is fixed here
+    assert v["kl_near_oracle"].verdict in ("holds", "does not hold", "inconclusive")
+    # the selector picks a larger alpha for the random prior than for the good one for most actors
+    assert len(selector_prefers_random_prior(res)) >= 3, selector_prefers_random_prior(res)
+
+
+@pytest.mark.claims
+def test_poe_mujoco_cell(runs):
+    _, bal, v = runs
+    # the LQR expert is competent and the cloned expert actor keeps most of it
+    assert min(bal["reference"]["expert"]) > 5 * max(bal["reference"]["random"])
+    assert sum(bal["score"]["expert|random"]["frozen"]) / bal["sizes"]["seeds"] > 50
+    # under a random prior PoE stays anchored (within 10 points) and beats additive by > 10 points
+    assert v["idp_anchored"].verdict == "holds", v["idp_anchored"].sentence()
+    assert v["idp_additive_collapses"].verdict == "holds", v["idp_additive_collapses"].sentence()

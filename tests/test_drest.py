@@ -299,3 +299,23 @@ def test_actor_critic_shapes():
     ac = ActorCritic(7, 4, 16)
     x = torch.randn(5, 7)
     assert ac.dist(x).probs.shape == (5, 4) and ac.value(x).shape == (5,)
+
+
+def test_drest_weights_per_row_m_and_invalid_match_the_scalar_reward():
+    from rlcourse.rewards.drest import drest_reward
+    rng = np.random.default_rng(0)
+    L = rng.integers(-1, 2, size=(5, 7))
+    m = rng.uniform(1, 3, size=(5, 2))
+    w = drest_weights(L, m, 0.8)
+    for i in range(5):
+        counts = np.zeros(2)
+        for e in range(7):
+            if L[i, e] < 0:
+                assert w[i, e] == 0.0          # invalid: weight 0, counted in no class
+                continue
+            assert w[i, e] == pytest.approx(drest_reward(counts, L[i, e], 1.0, m[i], 0.8))
+            counts[L[i, e]] += 1
+    with pytest.raises(ValueError, match="lam"):
+        drest_weights(L, m, 1.5)
+    with pytest.raises(ValueError, match="rows"):
+        drest_weights(L, m[:2], 0.9)

@@ -375,6 +375,42 @@ def test_hopper_dataset_builder():
     env.close()
 
 
+def test_lqr_balances_the_double_pendulum_and_noise_grades_it():
+    pytest.importorskip("mujoco")
+    gym = pytest.importorskip("gymnasium")
+    from rlcourse.control.mujoco_cells import evaluate_policy, idp_state, lqr_gain, lqr_policy, make_envs
+
+    K = lqr_gain("InvertedDoublePendulum-v5")
+    assert K.shape == (1, 6)
+    env = gym.make("InvertedDoublePendulum-v5")
+    obs, _ = env.reset(seed=0)
+    u = env.unwrapped
+    np.testing.assert_allclose(idp_state(obs[None])[0], np.r_[u.data.qpos, u.data.qvel], atol=1e-6)
+    envs = make_envs("InvertedDoublePendulum-v5", 3, 200)
+    expert = evaluate_policy(envs, lambda o: -(idp_state(o) @ K.T), seed=0)
+    assert np.all(expert > 9.0 * 200 * 0.9)            # alive bonus ~9.3 per step: the LQR never falls
+    rng = np.random.default_rng(0)
+    medium = lqr_policy(K, 0.3)
+    noisy = evaluate_policy(envs, lambda o: np.stack([medium(x, rng) for x in o]), seed=0)
+    assert noisy.mean() < 0.75 * expert.mean()         # noise of std 0.3 topples it early: the medium grade
+
+
+def test_balance_cells_smoke():
+    pytest.importorskip("mujoco")
+    from rlcourse.control.mujoco_cells import BALANCE_RULES, run_balance_cells
+    from rlcourse.profiles import profile
+
+    out = run_balance_cells(profile("smoke"), n_steps=200, bc_steps=5, episodes=2, max_steps=20, kl_states=50)
+    assert set(out["score"]) == {"expert|good", "expert|random", "medium|good", "medium|random",
+                                 "random|good", "random|random"}
+    for cell, d in out["score"].items():
+        assert set(d) == set(BALANCE_RULES) and all(len(v) == out["sizes"]["seeds"] for v in d.values())
+        assert 0.0 <= out["alpha_kl"][cell][0] <= 1.0
+    # frozen ignores the prior; prior-only ignores the actor
+    assert out["score"]["expert|good"]["frozen"] == out["score"]["expert|random"]["frozen"]
+    assert out["score"]["expert|good"]["prior"] == out["score"]["medium|good"]["prior"]
+
+
 def test_mujoco_cells_run_end_to_end():
     pytest.importorskip("mujoco")
     from rlcourse.control.poe import run_mujoco_cells
