@@ -32,7 +32,7 @@ def test_poe_anchoring_claims_hold_on_the_navigation_task(runs):
 def test_poe_expert_row_contradicts_the_papers_medium_expert_hurt(runs):
     res, _, v = runs
     # the chapter says plainly: our expert row is not HURT (the paper: medium-expert HURT 9/9)
-    assert v["expert_hurt"].verdict != "holds", v["expert_hurt"].sentence()
+    assert v["expert_hurt"].verdict == "does not hold", v["expert_hurt"].sentence()
     assert "HURT" not in {res["labels"]["poe"][f"expert|{p}"] for p in res["priors"]}
     # positive control: the same bootstrap does label a cell HURT (medium actor, degraded prior)
     assert res["labels"]["poe"]["medium|degraded"] == "HURT"
@@ -41,8 +41,9 @@ def test_poe_expert_row_contradicts_the_papers_medium_expert_hurt(runs):
 @pytest.mark.claims
 def test_poe_kl_selector(runs):
     res, _, v = runs
-    # the chapter glues the verdict computed by the run; it is not typed, so only its type is fixed here
-    assert v["kl_near_oracle"].verdict in ("holds", "does not hold", "inconclusive")
+    # the book run computed "does not hold": the selector's success is more than 0.05 below the
+    # best grid alpha (mean over the 12 cells, paired by seed)
+    assert v["kl_near_oracle"].verdict == "does not hold", v["kl_near_oracle"].sentence()
     # the selector picks a larger alpha for the random prior than for the good one for most actors
     assert len(selector_prefers_random_prior(res)) >= 3, selector_prefers_random_prior(res)
 
