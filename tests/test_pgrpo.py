@@ -154,3 +154,38 @@ def test_trainer_runs_p_grpo_and_state_survives_checkpoint(tmp_path):
     assert sum(s["n"] for s in stats.values()) == 2 * 8
     again = Trainer(copy.deepcopy(model), tok, pg.PrefSort(), RLConfig(**cfg), resume=True)
     assert again.state["p_grpo"] == stats
+
+
+# ------------------------------------------------------------------ the chapter's experiment parts
+def test_prefsort_spreads_lengths_within_each_group_and_keeps_the_default():
+    from rlcourse.methods.pgrpo import PrefSort, SortMix
+
+    ex = PrefSort(lengths=(3, 4, 5)).examples(400, seed=1)
+    for tag in "AB":
+        assert {len(e.answer) for e in ex if e.meta["pref_group"] == tag} == {3, 4, 5}
+    assert {len(e.answer) for e in PrefSort().examples(50)} == {4}
+    assert SortMix().name == "pg2_sortmix-lean0.70" and SortMix(lengths=(3, 4, 5)).name.endswith("-len345")
+    with pytest.raises(ValueError, match="length"):
+        PrefSort(lengths=(1, 4))
+
+
+def test_logged_estimator_gives_p_grpos_advantages_and_logs_each_group():
+    from rlcourse.advantages import get_estimator
+    from rlcourse.methods.pgrpo import LOG_KEY, PrefSort
+
+    ex = PrefSort().examples(6, seed=0)
+    rows = [e for e in ex for _ in range(2)]
+    scores = torch.tensor([10.0 if e.meta["pref_group"] == "A" and i % 2 else 1.0 * (i % 2) for i, e in enumerate(rows)])
+    mask = torch.ones(len(rows), 3)
+    tlr = torch.zeros(len(rows), 3)
+    tlr[:, -1] = scores
+    index = torch.arange(6).repeat_interleave(2)
+    s1, s2 = {}, {}
+    a1, _ = get_estimator("p_grpo")(token_level_rewards=tlr, response_mask=mask, index=index, examples=rows, state=s1)
+    a2, _ = get_estimator("p_grpo_logged")(token_level_rewards=tlr, response_mask=mask, index=index, examples=rows,
+                                            state=s2)
+    assert torch.equal(a1, a2)
+    log = s2[LOG_KEY][0]
+    for g, entry in log.items():
+        sel = [i for i, e in enumerate(rows) if e.meta["pref_group"] == g]
+        assert entry["adv"] == pytest.approx(float(a1[sel, 0].mean()), abs=1e-6) and entry["n"] == len(sel)

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..advantages import outcome_scores, register_estimator
+from ..claims import Claim, Verdict, evaluate
 from ..lm.model import response_logprobs
 from ..ops import as_index
 from ..rewards import register_reward
@@ -239,6 +240,18 @@ def _sort_prompt(rng, tag: str, length: int) -> tuple[str, str, str]:
     return f"{tag}:{digits}=", asc, asc[::-1]
 
 
+def _check_lengths(lengths: Sequence[int] | None, length: int) -> tuple[int, ...]:
+    out = (int(length),) if lengths is None else tuple(int(n) for n in lengths)
+    if not out or any(n < 2 for n in out):
+        raise ValueError(f"every prompt length must be >= 2 digits, got {out}")
+    return out
+
+
+def _draw_length(rng, lengths: tuple[int, ...]) -> int:
+    """One prompt length; a single length draws nothing, so single-length tasks keep their old streams."""
+    return lengths[0] if len(lengths) == 1 else int(lengths[int(rng.integers(len(lengths)))])
+
+
 class SortMix(Task):
     """Pre-training data for the preference chapter: ``A:4179=`` or ``B:4179=`` -> the digits sorted
     ascending *or* descending at random. With probability ``lean`` the order is the tag's own (A
@@ -247,15 +260,18 @@ class SortMix(Task):
 
     name = "pg2_sortmix"
 
-    def __init__(self, length: int = 4, lean: float = 0.7):
+    def __init__(self, length: int = 4, lean: float = 0.7, lengths: Sequence[int] | None = None):
         if not 0.0 <= lean <= 1.0:
             raise ValueError(f"lean must be a probability, got {lean}")
         self.length, self.lean = length, lean
+        self.lengths = _check_lengths(lengths, length)
         self.name = f"pg2_sortmix-lean{lean:.2f}"  # names the cached base model
+        if self.lengths != (length,):
+            self.name += "-len" + "".join(str(n) for n in self.lengths)
 
     def _draw(self, rng):
         tag = "AB"[int(rng.integers(2))]
-        prompt, asc, desc = _sort_prompt(rng, tag, self.length)
+        prompt, asc, desc = _sort_prompt(rng, tag, _draw_length(rng, self.lengths))
         own, other = (asc, desc) if tag == "A" else (desc, asc)
         sol = own if rng.random() < self.lean else other
         return Example(prompt=prompt, answer=asc, solution=sol, meta={"pref_group": tag})
@@ -273,14 +289,15 @@ class PrefSort(Task):
 
     name = "pg2_prefsort"
 
-    def __init__(self, length: int = 4, majority: float = 0.8):
+    def __init__(self, length: int = 4, majority: float = 0.8, lengths: Sequence[int] | None = None):
         if not 0.5 <= majority < 1.0:
             raise ValueError(f"majority must be in [0.5, 1), got {majority}")
         self.length, self.majority = length, majority
+        self.lengths = _check_lengths(lengths, length)
 
     def _draw(self, rng):
         tag = "A" if rng.random() < self.majority else "B"
-        prompt, asc, desc = _sort_prompt(rng, tag, self.length)
+        prompt, asc, desc = _sort_prompt(rng, tag, _draw_length(rng, self.lengths))
         want = asc if tag == "A" else desc
         return Example(prompt=prompt, answer=want, solution=want, meta={"pref_group": tag})
 
@@ -326,42 +343,96 @@ def preferred_probability(model, tokenizer, examples: Sequence[Example]) -> floa
     return float(torch.exp((logp * response_mask).sum(-1)).mean())
 
 
+@torch.no_grad()
+def sorted_probability(model, tokenizer, examples: Sequence[Example]) -> float:
+    """Mean over examples of pi(ascending) + pi(descending): the probability that one sample sorts the
+    digits in either order, whatever the user prefers (the skill both users reward; our proxy for
+    "general capability" on this task)."""
+    asc = [Example(e.prompt, e.answer, "".join(sorted(e.answer)), dict(e.meta)) for e in examples]
+    desc = [Example(e.prompt, e.answer, "".join(sorted(e.answer))[::-1], dict(e.meta)) for e in examples]
+    return preferred_probability(model, tokenizer, asc) + preferred_probability(model, tokenizer, desc)
+
+
+LOG_KEY = "p_grpo_log"
+
+
+@register_estimator("p_grpo_logged")
+def compute_p_grpo_logged_advantage(token_level_rewards, response_mask, index, examples, state, epsilon: float = 1e-6,
+                                    include_batch: bool = True, decay: float | None = None, min_history: int = 2):
+    """``p_grpo`` (identical advantages), and a log in ``state["p_grpo_log"]`` of each step's mean
+    advantage, mean reward and the statistics (mu, sigma) used, per preference group: the data that
+    tests the stale-history bias of the chapter's proposition directly.
+
+    Returns ``(adv, ret)``, both ``(B,T)``, as ``p_grpo``.
+    """
+    adv, ret = compute_p_grpo_advantage(token_level_rewards, response_mask, index, examples, state, epsilon=epsilon,
+                                        include_batch=include_batch, decay=decay, min_history=min_history)
+    a = (adv * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)  # each row's (constant) advantage
+    r = outcome_scores(token_level_rewards, response_mask)
+    labels = [pref_group_of(e) for e in examples]
+    row = {}
+    for g in sorted(set(labels)):
+        sel = torch.tensor([lab == g for lab in labels])
+        stats = state[STATE_KEY][g]
+        mu, sigma = stats_mean_std(stats, decay is not None) if stats["n"] >= 1 else (float("nan"),) * 2
+        row[g] = {"adv": float(a[sel].mean()), "reward": float(r[sel].mean()), "mu": mu, "sigma": sigma,
+                  "n": int(sel.sum())}
+    state.setdefault(LOG_KEY, []).append(row)
+    return adv, ret
+
+
 # ---------------------------------------------------------------------- the chapter's experiment
-ARMS = {"GRPO, pooled batch": "pg2_pooled", "GRPO, per prompt": "grpo", "P-GRPO": "p_grpo"}
+ARMS = {"GRPO, pooled batch": "pg2_pooled", "GRPO, per prompt": "grpo", "P-GRPO": "p_grpo_logged"}
+#: prompt lengths of the experiment: 3 to 5 digits in both preference groups, a spread of difficulty
+LENGTHS = (3, 4, 5)
 
 
 def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = False) -> dict:
     """Majority/minority preference groups on the tiny LM: GRPO with a pooled batch normalisation,
-    GRPO per prompt and P-GRPO, from the same base model, for several seeds.
+    GRPO per prompt and P-GRPO, from the same base model, over ``prof.seeds`` paired seeds.
 
-    Every arm samples G = 2 answers per prompt (so a per-prompt group often has zero variance).
-    Returns a dict with ``steps`` (evaluation steps), ``curves[arm]["A"|"B"]`` (seeds x evals) of the
-    mean probability of the preferred answer on held-out prompts, ``final[arm][tag]`` (mean over
-    seeds), ``frac_zero_std[arm]`` (seeds x steps, share of prompts whose G rewards were equal),
-    ``steps_to_target[arm]`` (per seed, first eval step where B's probability >= target;
-    None if never), the base model's probabilities and timing.
+    Prompts of both preference groups have 3, 4 or 5 digits (:data:`LENGTHS`), so difficulty varies
+    within each group, and a per-group history mean mixes easy and hard prompts. Every arm samples
+    G = 2 answers per prompt (so a per-prompt group often has zero variance).
+
+    ================= =================================== =============================================
+    steps             ``(E,)``                             evaluation steps (0 = base model)
+    curves[arm][tag]  ``(N, E)``                           P(preferred answer) on held-out prompts of tag
+    final, auc        ``[arm][tag]``                       mean over seeds at the end / over the run
+    per_seed_auc      ``[arm][tag]`` ``(N,)``              area under each seed's curve (mean over evals)
+    by_length         ``[arm][tag]`` ``(N, len(LENGTHS))`` final P(preferred) by prompt length
+    sorted_final      ``[arm]`` ``(N,)``                   final P(sorted either way), both tags
+    adv_log           ``[tag]`` ``(N, steps, 4)``          P-GRPO's per-step mean advantage, mean reward,
+                                                           mu, sigma of the group
+    frac_zero_std     ``[arm]`` ``(N, steps)``             share of prompts whose G rewards were equal
+    ================= =================================== =============================================
     """
     from .. import profile as current_profile
     from ..lm.zoo import load_base_model
     from ..train import RLConfig, Trainer
 
     prof = prof or current_profile()
-    n_seeds = seeds if seeds is not None else prof.pick(smoke=1, book=3, full=5)
+    n_seeds = seeds if seeds is not None else prof.seeds
     steps = prof.pick(smoke=2, book=60, full=200)
     every = prof.pick(smoke=1, book=5, full=10)
     n_eval = prof.pick(smoke=16, book=128, full=256)
     target = 0.8
     t0 = time.perf_counter()
     with one_torch_thread():
-        base, tok = load_base_model("pg2_sortmix", strength=0.9, prof=prof, progress=progress)
-        task = PrefSort()
+        base, tok = load_base_model(SortMix(lengths=LENGTHS), strength=0.9, prof=prof, progress=progress)
+        task = PrefSort(lengths=LENGTHS)
         held = {tag: task.examples_of(tag, n_eval) for tag in "AB"}
+        both = held["A"] + held["B"]
         base_p = {tag: preferred_probability(base, tok, held[tag]) for tag in "AB"}
+        base_sorted = sorted_probability(base, tok, both)
         eval_steps = list(range(0, steps + 1, every))
         if eval_steps[-1] != steps:
             eval_steps.append(steps)
         curves = {arm: {"A": [], "B": []} for arm in ARMS}
+        by_length = {arm: {"A": [], "B": []} for arm in ARMS}
+        sorted_final = {arm: [] for arm in ARMS}
         zero_std = {arm: [] for arm in ARMS}
+        adv_log = {"A": [], "B": []}
         for arm, estimator in ARMS.items():
             for seed in range(n_seeds):
                 torch.manual_seed(seed)
@@ -377,7 +448,15 @@ def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
                         row[tag].append(preferred_probability(tr.model, tok, held[tag]))
                 for tag in "AB":
                     curves[arm][tag].append(row[tag])
+                    by_length[arm][tag].append([preferred_probability(tr.model, tok, [e for e in held[tag]
+                                                                                    if len(e.answer) == n])
+                                                for n in LENGTHS])
+                sorted_final[arm].append(sorted_probability(tr.model, tok, both))
                 zero_std[arm].append([h["frac_zero_std_groups"] for h in tr.history])
+                if estimator == "p_grpo_logged":
+                    for tag in "AB":
+                        adv_log[tag].append([[r[tag][k] if tag in r else np.nan for k in ("adv", "reward", "mu", "sigma")]
+                                             for r in tr.state[LOG_KEY]])
     curves = {arm: {tag: np.asarray(v) for tag, v in c.items()} for arm, c in curves.items()}
 
     def first_reach(row):
@@ -389,10 +468,63 @@ def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
         "curves": curves,
         "final": {arm: {tag: float(c[tag][:, -1].mean()) for tag in "AB"} for arm, c in curves.items()},
         "auc": {arm: {tag: float(c[tag].mean()) for tag in "AB"} for arm, c in curves.items()},
+        "per_seed_auc": {arm: {tag: c[tag].mean(1) for tag in "AB"} for arm, c in curves.items()},
+        "per_seed_final": {arm: {tag: c[tag][:, -1] for tag in "AB"} for arm, c in curves.items()},
+        "by_length": {arm: {tag: np.asarray(v) for tag, v in d.items()} for arm, d in by_length.items()},
+        "sorted_final": {arm: np.asarray(v) for arm, v in sorted_final.items()},
+        "base_sorted": base_sorted,
+        "adv_log": {tag: np.asarray(v, dtype=float) for tag, v in adv_log.items()},
+        "lengths": LENGTHS,
         "steps_to_target": {arm: [first_reach(r) for r in c["B"]] for arm, c in curves.items()},
         "target": target,
         "frac_zero_std": {arm: np.asarray(v) for arm, v in zero_std.items()},
         "base": base_p,
         "seeds": n_seeds,
         "seconds": time.perf_counter() - t0,
+    }
+
+
+# ---------------------------------------------------------------------- claims
+_PG_PAPER = ("Personalized Group Relative Policy Optimization for Heterogenous Preference Alignment, Wang et al., "
+             "2026, arXiv:2603.10009")
+_PG_SETTING = ("tiny LM, digit sorting with 3-5 digits; user A (80%, ascending, reward 0/10) and user B (20%, "
+               "descending, reward 0/1); G = 2, 16 prompts x 60 steps; P(preferred answer) on held-out prompts")
+PGRPO_CLAIMS = {
+    "vs-pooled": Claim(
+        key="p_grpo/minority-vs-pooled", paper=_PG_PAPER,
+        statement="P-GRPO ... achieves faster convergence and higher rewards than standard GRPO on heterogeneous "
+                  "preference signals [here: the minority's preference, against one normalisation pooled over the "
+                  "batch]", source="abstract", setting=_PG_SETTING,
+        metric="minority's P(preferred), mean over the run's evaluations (area under the curve)",
+        method="P-GRPO", baseline="GRPO, pooled batch", kind="greater", margin=0.0),
+    "vs-grpo": Claim(
+        key="p_grpo/minority-vs-grpo", paper=_PG_PAPER,
+        statement="P-GRPO ... achieves faster convergence and higher rewards than standard GRPO [here: GRPO per "
+                  "prompt, which never mixes users]", source="abstract", setting=_PG_SETTING,
+        metric="minority's P(preferred), mean over the run's evaluations (area under the curve)",
+        method="P-GRPO", baseline="GRPO, per prompt", kind="greater", margin=0.0),
+    "stale": Claim(
+        key="p_grpo/stale-history-bias", paper=_PG_PAPER,
+        statement="(the course's proposition, not the paper's) with a full history and an improving policy, the "
+                  "group's history mean lags and its mean advantage is positive", source="course proposition",
+        setting=_PG_SETTING + "; P-GRPO with Welford history", metric="minority's mean P-GRPO advantage over the run",
+        method="P-GRPO minority", reference=0.0, kind="greater", margin=0.0),
+}
+
+
+def minority_mean_advantage(res: dict, tag: str = "B") -> np.ndarray:
+    """Per seed, P-GRPO's mean advantage of group ``tag`` over the steps where it had rows, ``(N,)``
+    (0 for a seed whose batches never held the group, as can happen in the smoke profile)."""
+    adv = res["adv_log"][tag][:, :, 0]
+    seen = np.isfinite(adv)
+    return np.where(seen.any(1), np.nansum(adv, 1) / np.maximum(seen.sum(1), 1), 0.0)
+
+
+def pgrpo_verdicts(res: dict) -> dict[str, Verdict]:
+    """The claims of :data:`PGRPO_CLAIMS`, evaluated on :func:`run_pgrpo_experiment`'s output."""
+    auc, s = res["per_seed_auc"], res["seconds"]
+    return {
+        "vs-pooled": evaluate(PGRPO_CLAIMS["vs-pooled"], auc["P-GRPO"]["B"], auc["GRPO, pooled batch"]["B"], seconds=s),
+        "vs-grpo": evaluate(PGRPO_CLAIMS["vs-grpo"], auc["P-GRPO"]["B"], auc["GRPO, per prompt"]["B"], seconds=s),
+        "stale": evaluate(PGRPO_CLAIMS["stale"], minority_mean_advantage(res), seconds=s),
     }
