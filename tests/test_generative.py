@@ -374,3 +374,16 @@ def test_digits_classifier_is_a_calibrated_probability_model():
     assert (p.argmax(1) == y).mean() > 0.95
     with pytest.raises(ValueError):
         clf.predict_proba(np.zeros((3, 63)))
+
+
+def test_verdict_functions_pair_the_arms_by_seed():
+    hv = {"hv_cond": np.array([1.0, 1.1, 1.2, 1.0, 1.05]), "hv_fixed": np.array([1.0, 1.0, 1.1, 1.0, 1.0]),
+          "hv_fixed_eq": np.array([0.5, 0.6, 0.55, 0.5, 0.6]), "hv_early": np.array([0.9, 1.0, 1.1, 0.9, 1.0])}
+    v = PS.paretoslider_verdicts(hv)
+    assert v["matches"].method_values == pytest.approx((hv["hv_cond"] / hv["hv_fixed"]).tolist())
+    assert v["matches"].verdict == "holds" and v["equal-calls"].verdict == "holds"
+    assert v["late-vs-early"].effect == pytest.approx(0.09) and v["late-vs-early"].verdict == "holds"
+    res = {t: {"fdfo": {"auc": np.array([0.5, 0.6, 0.7, 0.6, 0.5])}, "pg": {"auc": np.array([0.6, 0.7, 0.8, 0.7, 0.6])}}
+           for t in ("digits", "ring")}
+    fv = FD.fdfo_verdicts(res)
+    assert fv["ring"].verdict == "does not hold" and fv["ring"].effect == pytest.approx(-0.1)

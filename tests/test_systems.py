@@ -429,3 +429,20 @@ def test_simulator_modules_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'importing rlcourse.systems imported torch'\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_jigsaw_verdicts_read_the_sweep_at_the_asked_tail_weight():
+    from rlcourse.systems import CLAIMS, jigsaw_verdicts
+
+    R = 5
+    sweep = {"sigmas": np.array([0.0, 1.0]), "seconds": 1.0,
+             "gain": {"lookahead": np.column_stack([np.ones(R), 1.5 + 0.01 * np.arange(R)]),
+                      "multiplex": np.column_stack([np.ones(R), 1.2 + 0.01 * np.arange(R)])}}
+    v = jigsaw_verdicts(sweep, sigma=1.0)
+    assert set(v) == {"gain", "migration"}
+    assert v["gain"].claim is CLAIMS["gain"] and v["gain"].verdict == "holds"
+    assert v["gain"].effect == pytest.approx(0.52) and v["migration"].effect == pytest.approx(0.3)
+    # at sigma = 0 every gain is exactly 1: no interval above 1, so the claim does not hold there
+    assert jigsaw_verdicts(sweep, sigma=0.0)["gain"].verdict == "does not hold"
+    with pytest.raises(ValueError, match="no tail weight"):
+        jigsaw_verdicts(sweep, sigma=0.5)
