@@ -182,9 +182,12 @@ def longwrong_gradient(theta: np.ndarray, s: dict, adv: np.ndarray) -> np.ndarra
 
 
 def longwrong_nsr(task: LongWrongTask, group_size: int, baseline: str, n_draws: int = 2000, seed: int = 0) -> dict:
-    """Noise-to-signal ratio :math:`\\mathrm{tr\\,Cov}(\\hat g) / \\|\\nabla J\\|^2` of one step's gradient (all
-    prompts, ``group_size`` responses each) at the initial policy, by Monte Carlo over ``n_draws``
-    steps, and the cosine between the average estimate and the exact gradient."""
+    """Noise-to-signal ratio of one step's gradient (all prompts, ``group_size`` responses each) at the
+    initial policy, by Monte Carlo over ``n_draws`` steps: ``nsr`` is
+    :math:`\\mathrm{tr\\,Cov}(\\hat g) / \\|\\mathbb E\\hat g\\|^2` (unchanged if the advantages are rescaled, as
+    :func:`~rlcourse.methods.otb.tabular_gradient_variance` defines it), ``nsr_true`` divides by
+    :math:`\\|\\nabla J\\|^2` instead, and ``cos`` is the cosine between the average estimate and the exact
+    gradient."""
     rng = np.random.default_rng(seed)
     theta = task.theta
     true = longwrong_true_gradient(theta).ravel()
@@ -192,7 +195,8 @@ def longwrong_nsr(task: LongWrongTask, group_size: int, baseline: str, n_draws: 
                    for s in (longwrong_sample(theta, group_size, rng) for _ in range(n_draws))])
     mean = gs.mean(0)
     var = float(((gs - mean) ** 2).sum(1).mean())
-    return {"nsr": var / float(true @ true), "cos": float(mean @ true / np.linalg.norm(mean) / np.linalg.norm(true))}
+    return {"nsr": var / float(mean @ mean), "nsr_true": var / float(true @ true),
+            "cos": float(mean @ true / np.linalg.norm(mean) / np.linalg.norm(true))}
 
 
 def run_longwrong(task: LongWrongTask, baseline: str, group_size: int, steps: int, lr: float, seed: int) -> dict:
