@@ -3,7 +3,8 @@
 A prompt sampler is ``fn(pool, n, generator, state) -> list[Example]``: ``pool`` is the list of
 training examples, ``n`` the number of prompts this step, ``generator`` the trainer's torch generator
 (so a resumed run draws the same prompts), and ``state`` a dict kept between steps for samplers
-with memory (curricula, replay).
+with memory (curricula, replay). The trainer passes these by keyword, and also ``task`` and ``step``
+to a sampler whose signature names them.
 """
 from __future__ import annotations
 

@@ -153,7 +153,8 @@ def compute_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adva
         capped = torch.minimum(loss_mat, -adv * clip_ratio_c)
         lower = (adv < 0) & (capped < loss_mat)
         loss_mat = torch.where(adv < 0, capped, loss_mat)
-    loss = agg_loss(loss_mat, response_mask, loss_agg_mode, **agg_kwargs)
+    loss = agg_loss(loss_mat, response_mask, loss_agg_mode, global_tokens=global_tokens, global_seqs=global_seqs,
+                    max_len=max_len)
     mask = response_mask
     with torch.no_grad():
         metrics = {
@@ -170,15 +171,18 @@ compute_policy_loss.zero_at_zero_advantage = True
 
 
 @register_policy_loss("pg")
-def compute_pg_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean",
-                    **agg_kwargs):
+def compute_pg_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean", *,
+                    global_tokens: float | None = None, global_seqs: float | None = None,
+                    max_len: int | None = None):
     """The plain policy-gradient surrogate :math:`-A_t\\rho_t` (no clipping). On-policy, its gradient
-    is REINFORCE's :math:`-A_t\\nabla\\log\\pi_\\theta(y_t)`."""
+    is REINFORCE's :math:`-A_t\\nabla\\log\\pi_\\theta(y_t)`. It takes no clip range: the trainer
+    passes a loss only the arguments its signature names (a loss with ``**kwargs`` gets them all)."""
     check_same_shape(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,
                      response_mask=response_mask)
     log_ratio = (log_prob - old_log_prob.detach()).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
-    loss = agg_loss(-advantages.detach() * ratio, response_mask, loss_agg_mode, **agg_kwargs)
+    loss = agg_loss(-advantages.detach() * ratio, response_mask, loss_agg_mode, global_tokens=global_tokens,
+                    global_seqs=global_seqs, max_len=max_len)
     with torch.no_grad():
         metrics = {"pg_clipfrac": 0.0, "pg_clipfrac_lower": 0.0, "ppo_kl": float(masked_mean(-log_ratio, response_mask)),
                    "ratio_mean": float(masked_mean(ratio, response_mask))}

@@ -66,25 +66,37 @@ def as_index(index: torch.Tensor | np.ndarray | Sequence | None, batch_size: int
     return idx
 
 
-def group_stats(scores: torch.Tensor, index: torch.Tensor, min_size: int = 1):
-    """Per-row group size, mean and unbiased std of ``scores`` within its group.
+def group_stats(scores: torch.Tensor, index: torch.Tensor, min_size: int = 1, unbiased: bool = True):
+    """Per-row group size, mean and standard deviation of ``scores`` within the row's group: the one
+    implementation of group statistics in the package.
 
-    ======= ====== ===========================================
-    scores  ``(B,)`` one scalar per row
-    index   ``(B,)`` long group id of each row
-    returns        ``(count, mean, std)``, each ``(B,)``
-    ======= ====== ===========================================
+    The standard deviation is the unbiased (Bessel, divide by n-1) one by default, because that is
+    what GRPO's group normalisation uses in TRL and verl (``torch.std``), so the advantages here
+    equal theirs; with G = 2 the two differ by a factor sqrt(2), which is not a detail.
+    ``unbiased=False`` gives the population std (divide by n), for methods defined with it.
+    A group of one has std 0 either way.
+
+    ======== ========== ===========================================
+    scores   ``(B,)``   one scalar per row, or ``(B, R)``: R columns, each normalised on its own
+    index    ``(B,)``   long group id of each row
+    returns             ``(count, mean, std)``, each ``(B,)`` (count) and shaped like ``scores``
+    ======== ========== ===========================================
     """
+    if scores.ndim not in (1, 2) or index.shape != scores.shape[:1]:
+        raise ValueError(f"scores must be (B,) or (B, R) and index (B,); got {tuple(scores.shape)} and "
+                         f"{tuple(index.shape)}")
     _, inverse = torch.unique(index, return_inverse=True)
     n_groups = int(inverse.max()) + 1
     s = scores.double()
-    count = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, torch.ones_like(s))
+    cols = s.shape[1:]
+    count = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, torch.ones(len(s), dtype=torch.float64))
     if min_size > 1 and (count < min_size).any():
         g = int(index[(count[inverse] < min_size).nonzero()[0, 0]])
         raise ValueError(f"group {g} has {int(count[inverse][(index == g).nonzero()[0, 0]])} sample(s); "
                          f"this estimator needs at least {min_size} per group (G >= {min_size})")
-    total = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, s)
-    mean = total / count
-    sq = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, inverse, (s - mean[inverse]) ** 2)
-    std = torch.sqrt(sq / (count - 1).clamp(min=1))
+    c = count.reshape(-1, *([1] * len(cols)))
+    total = torch.zeros(n_groups, *cols, dtype=torch.float64).index_add_(0, inverse, s)
+    mean = total / c
+    sq = torch.zeros(n_groups, *cols, dtype=torch.float64).index_add_(0, inverse, (s - mean[inverse]) ** 2)
+    std = torch.sqrt(sq / ((c - 1).clamp(min=1) if unbiased else c))
     return count[inverse].to(scores.dtype), mean[inverse].to(scores.dtype), std[inverse].to(scores.dtype)

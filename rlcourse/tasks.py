@@ -59,22 +59,42 @@ class Task:
     def score(self, completion: str, example: Example) -> Score:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def examples(self, n: int, seed: int = 0, split: str = "train") -> list[Example]:
-        """``n`` examples of ``split`` (``"train"`` or ``"test"``), deterministic for ``seed``."""
+    def examples(self, n: int, seed: int = 0, split: str = "train", distinct: bool | None = None) -> list[Example]:
+        """``n`` examples of ``split`` (``"train"`` or ``"test"``), deterministic for ``seed``.
+
+        The two splits are disjoint (a hash of the prompt decides its split). A held-out set is a set:
+        ``test`` examples are distinct prompts by default (``distinct=None``), so an accuracy on them
+        counts each prompt once; ``train`` examples are drawn with replacement (a training stream).
+        Asking for more distinct prompts than the split holds is a ValueError.
+        """
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         if n < 0:
             raise ValueError(f"n must be non-negative, got {n}")
+        distinct = (split == "test") if distinct is None else distinct
         rng = np.random.default_rng([seed, 0 if split == "train" else 1])
         out: list[Example] = []
-        tries = 0
+        seen: set[str] = set()
+        tries = stale = 0
         while len(out) < n:
             tries += 1
             if tries > 1000 * (n + 10):
                 raise RuntimeError(f"{self.name}: could not draw {n} {split} examples")
             ex = self._draw(rng)
-            if _in_test_split(ex.prompt, self.test_fraction) == (split == "test"):
-                out.append(ex)
+            if _in_test_split(ex.prompt, self.test_fraction) != (split == "test"):
+                continue
+            if distinct:
+                if ex.prompt in seen:
+                    stale += 1
+                    # 10 * found + 1000 draws of the split in a row without a new prompt: exhausted
+                    # (were one prompt in N ~ found left, missing it that long has probability ~e^-10)
+                    if stale > 10 * len(seen) + 1000:
+                        raise ValueError(f"{self.name}: asked for {n} distinct {split} prompts, but only "
+                                         f"{len(out)} exist (or are reachable) in that split")
+                    continue
+                seen.add(ex.prompt)
+                stale = 0
+            out.append(ex)
         return out
 
     def rewards(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
@@ -221,7 +241,7 @@ class ReasoningGym(Task):
                 raise ValueError(f"reasoning-gym could not create {self.dataset!r}: {err}") from err
         return self._cache[key]
 
-    def examples(self, n, seed=0, split="train"):
+    def examples(self, n, seed=0, split="train", distinct=None):  # dataset entries are distinct
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         share = self.test_fraction if split == "test" else 1 - self.test_fraction
@@ -277,10 +297,16 @@ def get_task(name: str | Task) -> Task:
         raise TypeError(f"task must be a name or a Task, got {type(name).__name__}")
     if name.startswith("rg:"):
         return ReasoningGym(name[3:])
+    if name not in _TASKS:  # the chapters' tasks register when rlcourse.methods is imported
+        from .registry import load_methods
+        load_methods()
     if name not in _TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {sorted(_TASKS)} or 'rg:<reasoning-gym name>'")
     return _TASKS[name]()
 
 
 def task_names() -> list[str]:
+    """Every registered task name, the chapters' tasks included."""
+    from .registry import load_methods
+    load_methods()
     return sorted(_TASKS)

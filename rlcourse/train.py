@@ -61,7 +61,8 @@ class RLConfig:
     kl_estimator              ``k1``/``k2``/``k3``/``k3+`` (``kl_penalty``)
     kl_in_reward              put ``-beta * k1`` in the per-token reward instead of the loss
     epsilon, epsilon_high     PPO clip range (``epsilon_high`` defaults to ``epsilon``)
-    loss_type                 ``dapo``/``bnpo``/``grpo``/``dr_grpo`` or a verl aggregation mode
+    loss_type                 ``dapo``/``bnpo``/``grpo``/``dr_grpo`` or a verl aggregation mode;
+                              with micro-batches, ``bnpo`` is the mean of their local token-means
     scale_rewards             ``group``/``batch``/``none`` (``grpo`` estimator only)
     max_completion_length     new tokens per response (also Dr. GRPO's constant)
     num_iterations            optimisation passes over each batch (mu)
@@ -155,6 +156,18 @@ def call_with_supported(fn: Callable, **available):
     return fn(**{k: v for k, v in available.items() if k in params})
 
 
+def call_policy_loss(loss: Callable, agg: dict, **named):
+    """Call a policy loss with the arguments its signature names. The aggregation keywords in ``agg``
+    (``loss_agg_mode``, ``global_tokens``, ``global_seqs``, ``max_len``) also reach a ``**kwargs``
+    parameter, which is how a loss forwards them to :func:`~rlcourse.losses.agg_loss`; the clip
+    arguments reach only a loss that names them (``pg`` has no clip range)."""
+    params = inspect.signature(loss).parameters
+    kwargs = {key: v for key, v in {**named, **agg}.items() if key in params}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs.update(agg)
+    return loss(**kwargs)
+
+
 def needs_values(estimator: Callable) -> bool:
     return "values" in inspect.signature(estimator).parameters
 
@@ -180,8 +193,6 @@ class Trainer:
                  ref_model=None, value_model: ScalarHeadModel | None = None,
                  train_examples: Sequence[Example] | None = None, eval_examples: Sequence[Example] | None = None,
                  resume: bool = False):
-        from . import methods  # noqa: F401  (registers the chapters' parts by name)
-
         self.config = cfg = config or RLConfig()
         self.model, self.tokenizer, self.task = model, tokenizer, get_task(task)
         self.prompt_sampler = get_prompt_sampler(cfg.prompt_sampler)
@@ -226,12 +237,17 @@ class Trainer:
         """Run one step of the loop and return its metrics."""
         cfg, k = self.config, self.step_count + 1
         t0 = time.perf_counter()
-        examples = self.prompt_sampler(self.train_pool, cfg.prompts_per_step, self.generator, self.state)
-        batch: RolloutBatch = self.sampler(self.model, self.tokenizer, [e.prompt for e in examples], cfg,
-                                           self.generator, self.state)
+        examples = call_with_supported(self.prompt_sampler, pool=self.train_pool, n=cfg.prompts_per_step,
+                                       generator=self.generator, state=self.state, task=self.task, step=k)
+        batch: RolloutBatch = call_with_supported(
+            self.sampler, model=self.model, tokenizer=self.tokenizer, prompts=[e.prompt for e in examples],
+            config=cfg, generator=self.generator, state=self.state, examples=examples, pool=self.train_pool,
+            task=self.task, reward=self.reward_fn, step=k)
         t_rollout = time.perf_counter()
         per_row = [examples[int(i)] for i in batch.index]
-        scores = self.reward_fn(batch, per_row, self.task, self.state)
+        # a sampler that already scored its rows with the loop's reward (e.g. S-GRPO's injection) hands
+        # the scores over, so the reward the advantages see is the one the sampler acted on
+        scores = batch.scores if batch.scores is not None else self.reward_fn(batch, per_row, self.task, self.state)
         scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
         if scores.shape[0] != len(batch):
             raise ValueError(f"step {k}: the reward returned {scores.shape[0]} scores for {len(batch)} rows")
@@ -249,10 +265,13 @@ class Trainer:
         token_level_rewards = place_on_last_token(scores, mask)
         if cfg.kl_in_reward and ref_logprobs is not None:
             token_level_rewards = token_level_rewards - cfg.beta * kl_penalty(old_logprobs, ref_logprobs, "k1") * mask
-        advantages, returns = call_with_supported(
-            self.estimator, token_level_rewards=token_level_rewards, response_mask=mask, index=batch.index,
-            values=values, gamma=cfg.gamma, lam=cfg.lam, norm_adv_by_std_in_grpo=cfg.scale_rewards == "group",
-            batch=batch, examples=per_row, scores=scores, state=self.state, step=k, **cfg.advantage_kwargs)
+        offered = dict(token_level_rewards=token_level_rewards, response_mask=mask, index=batch.index,
+                       values=values, gamma=cfg.gamma, lam=cfg.lam, norm_adv_by_std_in_grpo=cfg.scale_rewards == "group",
+                       batch=batch, examples=per_row, scores=scores, state=self.state, step=k, model=self.model)
+        clash = sorted(set(batch.extras) & set(offered))
+        if clash:
+            raise ValueError(f"the sampler's batch.extras {clash} shadow arguments the loop passes to estimators")
+        advantages, returns = call_with_supported(self.estimator, **offered, **batch.extras, **cfg.advantage_kwargs)
         if cfg.scale_rewards == "batch" and cfg.advantage_estimator == "grpo":
             advantages = advantages / (advantages[:, 0].std() + 1e-6) * mask  # PPO-Lite: batch std
         whiten = cfg.whiten_advantages if cfg.whiten_advantages is not None else values is not None
@@ -299,6 +318,9 @@ class Trainer:
         cfg, mask = self.config, batch.response_mask
         B = len(batch)
         mb = cfg.micro_batch_size or B
+        # bnpo normalises each micro-batch by its own tokens (TRL's local batch); its loss is defined as
+        # the mean over micro-batches of those local token-means (hence the 1/n_micro below). Every
+        # other loss_type uses the whole batch's denominators, so micro-batching leaves it unchanged.
         denominators = agg_denominators(mask) if cfg.loss_type != "bnpo" else {}
         agg = dict(loss_agg_mode=cfg.loss_agg_mode, **denominators)
         if cfg.loss_agg_mode == "seq-mean-token-sum-norm":
@@ -325,6 +347,7 @@ class Trainer:
         prompt_len = input_ids.shape[1] - T
         mask, old_logprobs, advantages = mask[:, :T], old_logprobs[:, :T], advantages[:, :T]
         ref_logprobs, returns, values = (None if x is None else x[:, :T] for x in (ref_logprobs, returns, values))
+        n_micro = -(-len(live) // mb) if cfg.loss_type == "bnpo" else 1  # see above
         self.model.train()
         for _ in range(cfg.num_iterations):
             for start in range(0, len(live), mb):
@@ -333,35 +356,35 @@ class Trainer:
                                              batch.temperature, need_entropy)
                 if need_entropy:
                     logp, entropy = logp
-                pg_loss, pg_metrics = call_with_supported(
-                    self.policy_loss, old_log_prob=old_logprobs[rows], log_prob=logp, advantages=advantages[rows],
+                pg_loss, pg_metrics = call_policy_loss(
+                    self.policy_loss, agg, old_log_prob=old_logprobs[rows], log_prob=logp, advantages=advantages[rows],
                     response_mask=mask[rows], clip_ratio_low=cfg.epsilon,
                     clip_ratio_high=cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon,
-                    clip_ratio_c=cfg.clip_ratio_c, **agg)
+                    clip_ratio_c=cfg.clip_ratio_c)
                 self._check(k, "policy loss", pg_loss)
                 loss = pg_loss
                 if ref_logprobs is not None and not cfg.kl_in_reward:
                     kl = agg_loss(kl_penalty(logp, ref_logprobs[rows], cfg.kl_estimator), mask[rows], **_agg_only(agg))
                     self._check(k, "KL penalty", kl)
                     loss = loss + cfg.beta * kl
-                    sums["kl"] = sums.get("kl", 0.0) + kl.item()
+                    sums["kl"] = sums.get("kl", 0.0) + kl.item() / n_micro
                 if need_entropy:
                     ent = agg_loss(entropy, mask[rows], **_agg_only(agg))
-                    sums["entropy"] = sums.get("entropy", 0.0) + ent.item()
+                    sums["entropy"] = sums.get("entropy", 0.0) + ent.item() / n_micro
                     if cfg.entropy_coef:
                         loss = loss - cfg.entropy_coef * ent
-                loss.backward()
+                (loss / n_micro).backward()
                 share = len(rows) / len(live)  # metrics average over the rows trained
                 for name, value in pg_metrics.items():
                     sums[name] = sums.get(name, 0.0) + value * share
-                sums["loss"] = sums.get("loss", 0.0) + loss.item()
+                sums["loss"] = sums.get("loss", 0.0) + loss.item() / n_micro
                 if self.value_model is not None:
                     vpreds = self.value_model.response_values(input_ids[rows], attention_mask[rows], T)
                     vf_loss, vf_clipfrac = compute_value_loss(vpreds, returns[rows], values[rows], mask[rows],
                                                               cfg.cliprange_value, **agg)
                     self._check(k, "value loss", vf_loss)
-                    (cfg.vf_coef * vf_loss).backward()
-                    sums["vf_loss"] = sums.get("vf_loss", 0.0) + vf_loss.item()
+                    (cfg.vf_coef * vf_loss / n_micro).backward()
+                    sums["vf_loss"] = sums.get("vf_loss", 0.0) + vf_loss.item() / n_micro
                     sums["vf_clipfrac"] = sums.get("vf_clipfrac", 0.0) + vf_clipfrac * share
             if len(live) == 0:  # every row skipped: the gradient is zero, and AdamW still steps its moments
                 for p in self.model.parameters():

@@ -117,7 +117,10 @@ def test_gae_hand_computed_with_discount():
     a0 = d0 + g * l * a1
     adv, ret = compute_gae_advantage_return(rewards, values, mask, g, l)
     assert torch.allclose(adv, torch.tensor([[a0, a1, a2]]))
-    assert torch.allclose(ret, adv + values)
+    assert torch.allclose(ret, torch.tensor([[a0 + 0.5, a1 + 0.2, a2 + 0.4]]))
+    # with lam = 1 the returns are the discounted reward-to-go, whatever the critic says
+    _, ret1 = compute_gae_advantage_return(rewards, values, mask, g, 1.0)
+    assert torch.allclose(ret1, torch.tensor([[g * g, g, 1.0]]))
     with pytest.raises(ValueError, match="values from a critic"):
         get_estimator("gae")(rewards, mask)
 
@@ -140,3 +143,18 @@ def test_register_a_new_estimator():
         register_estimator("test_constant_one")(constant)
     with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):
         get_estimator("nope")
+
+
+def test_group_stats_is_the_one_group_statistic_bessel_by_default():
+    from rlcourse.ops import group_stats
+
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 4.0], [1.0, 6.0]])
+    idx = torch.tensor([0, 0, 1, 1])
+    count, mean, std = group_stats(x[:, 0], idx)
+    assert torch.equal(count, torch.full((4,), 2.0)) and torch.allclose(mean, torch.tensor([0.5, 0.5, 1.0, 1.0]))
+    assert torch.allclose(std, torch.tensor([0.5 ** 0.5] * 2 + [0.0] * 2))  # unbiased, as torch.std
+    _, mean2, pop = group_stats(x, idx, unbiased=False)  # (B, R): each column on its own; population std
+    assert torch.allclose(mean2[:, 1], torch.tensor([1.0, 1.0, 5.0, 5.0]))
+    assert torch.allclose(pop[:, 1], torch.ones(4)) and torch.allclose(pop[:, 0], torch.tensor([0.5, 0.5, 0, 0]))
+    with pytest.raises(ValueError, match="G >= 2"):
+        group_stats(x[:3, 0], torch.tensor([0, 0, 1]), min_size=2)

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -175,3 +177,42 @@ def test_pretraining_learns_sorting():
     assert result.history[0]["accuracy"] < 0.05
     assert result.accuracy > 0.3, result.history
     assert greedy_accuracy(model, tok, task, task.examples(64, split="test")) == pytest.approx(result.accuracy)
+
+
+def test_pretraining_lands_near_its_target():
+    """Checks come every eval_every // 5 steps near the target, and the model keeps the weights of
+    whichever of the last two checks is closer to it (it used to keep the first check past it)."""
+    from rlcourse.lm import greedy_accuracy, pretrain
+
+    tok = build_tokenizer()
+    prof = rlcourse.profile("smoke")
+    model = build_model(tok, rlcourse.Profile(**{**prof.as_dict(), "lm_hidden": 64, "lm_intermediate": 128,
+                                                 "lm_layers": 2}), seed=0)
+    task = get_task("sort")
+    target = 0.3
+    result = pretrain(model, tok, task, max_steps=200, batch_size=64, lr=3e-3, target_accuracy=target,
+                      eval_every=25, eval_prompts=64, progress=False, approach=target)
+    steps = [h["step"] for h in result.history]
+    assert steps[1:4] == [5, 10, 15]  # within `approach` of the target from the start: fine checks
+    assert result.history[-1]["accuracy"] >= target, result.history
+    closest = min(result.history[-2:], key=lambda h: abs(h["accuracy"] - target))
+    assert (result.steps, result.accuracy) == (closest["step"], closest["accuracy"])
+    assert greedy_accuracy(model, tok, task, task.examples(64, split="test")) == pytest.approx(result.accuracy)
+    assert not model.training
+
+
+def test_rollout_batch_extras_survive_select_and_widen(tok, model):
+    batch = sample(model, tok, ["sort 12:", "sort 4179:"], num_generations=2, max_new_tokens=3,
+                   generator=torch.Generator().manual_seed(0))
+    batch.extras["w"] = torch.arange(12.0).reshape(4, 3)
+    batch.scores = torch.tensor([0.0, 1.0, 0.5, 0.25])
+    sub = batch.select([3, 1])
+    assert torch.equal(sub.extras["w"], batch.extras["w"][[3, 1]]) and torch.equal(sub.scores, torch.tensor([0.25, 1.0]))
+    wide = batch.widen(5, tok.pad_token_id)
+    for x in (wide.response_mask, wide.logprobs, wide.entropy, wide.extras["w"]):
+        assert x.shape == (4, 5) and (x[:, 3:] == 0).all()
+    assert (wide.response_ids[:, 3:] == tok.pad_token_id).all() and torch.equal(wide.extras["w"][:, :3], batch.extras["w"])
+    with pytest.raises(ValueError, match="narrower"):
+        batch.widen(2, tok.pad_token_id)
+    with pytest.raises(ValueError, match="extras"):
+        dataclasses.replace(batch, extras={"bad": torch.zeros(4, 7)})

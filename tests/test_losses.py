@@ -35,7 +35,13 @@ def test_kl_estimators_monte_carlo_against_exact_kl():
     se = {k: kl_penalty(logp[y], ref[y], k).std().item() / math.sqrt(n) for k in ("k1", "k3")}
     assert abs(est["k1"] - exact) < 4 * se["k1"]
     assert abs(est["k3"] - exact) < 4 * se["k3"]
-    assert est["k3+"] == pytest.approx(est["k3"])
+    # k3+ is straight-through: k3's value, k2's gradient (not k3's)
+    lp = logp[y[:1000]].clone().requires_grad_(True)
+    g_plus, = torch.autograd.grad(kl_penalty(lp, ref[y[:1000]], "k3+").sum(), lp)
+    g_k2, = torch.autograd.grad(kl_penalty(lp, ref[y[:1000]], "k2").sum(), lp)
+    g_k3, = torch.autograd.grad(kl_penalty(lp, ref[y[:1000]], "k3").sum(), lp)
+    assert torch.allclose(g_plus, g_k2) and not torch.allclose(g_plus, g_k3)
+    assert torch.allclose(kl_penalty(lp, ref[y[:1000]], "k3+"), kl_penalty(lp, ref[y[:1000]], "k3"))
     # k2 is biased: its exact expectation is not the KL
     k2_exact = float((logp.exp() * 0.5 * (logp - ref) ** 2).sum())
     assert abs(k2_exact - exact) > 1e-3

@@ -1,6 +1,8 @@
 """OTB (arXiv:2602.07078): the logit-gradient identity, the optimal baseline, the estimator."""
 import copy
+import dataclasses
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -162,9 +164,20 @@ def test_sampler_and_trainer():
     from rlcourse.methods.otb import otb_policy_sampler
     batch = otb_policy_sampler(tr.model, tok, ["sort 4179:"], cfg, torch.Generator().manual_seed(0), {})
     m = batch.response_mask > 0
-    assert (batch.sum_pi_sq[m] <= 1 + 1e-6).all()
-    assert (batch.sum_pi_sq[m] >= batch.logprobs.exp()[m] ** 2 - 1e-6).all()
-    del batch.sum_pi_sq  # what the plain "policy" sampler returns
+    s = batch.extras["sum_pi_sq"]
+    assert (s[m] <= 1 + 1e-6).all()
+    assert (s[m] >= batch.logprobs.exp()[m] ** 2 - 1e-6).all()
+    # a declared field: it survives selection (an undeclared attribute was lost by select/replace)
+    assert torch.equal(batch.select([1, 0]).extras["sum_pi_sq"], s[[1, 0]])
     tlr = torch.zeros_like(batch.response_mask)
+    tlr[:, 0] = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    adv, _ = otb_advantage(tlr, batch.response_mask, batch.index, batch=batch)
+    plain = dataclasses.replace(batch, extras={})  # what the plain "policy" sampler returns
     with pytest.raises(ValueError, match="otb_policy"):
-        otb_advantage(tlr, batch.response_mask, batch.index, batch=batch)
+        otb_advantage(tlr, plain.response_mask, plain.index, batch=plain)
+    # given the model that sampled the batch, the estimator computes sum_pi_sq itself: the same advantages
+    adv2, _ = otb_advantage(tlr, plain.response_mask, plain.index, batch=plain, model=tr.model)
+    assert torch.allclose(adv, adv2, atol=1e-6)
+    # so OTB combines with another sampler from the config alone
+    cfg2 = dataclasses.replace(cfg, sampler="policy")
+    assert math.isfinite(Trainer(copy.deepcopy(model), tok, "sort", cfg2).step()["loss"])

@@ -99,6 +99,19 @@ def test_degenerate_group_gets_signal_and_cold_start_falls_back():
         pg.p_grpo_advantages(r, ["A"] * 3, {})
 
 
+def test_a_history_of_equal_rewards_does_not_blow_up_the_advantage():
+    """sigma = 0 in the history and a reward that differs (include_batch=False): the std is floored at
+    min_std (0.1), so the advantage is 1/0.1 = 10, not 1/epsilon = 1e6."""
+    hist = {"B": pg.welford_update(pg.new_stats(), [0.0] * 20)}
+    adv, _ = pg.p_grpo_advantages(torch.tensor([1.0, 0.0]), ["B", "B"], hist, include_batch=False)
+    assert torch.allclose(adv, torch.tensor([1 / (0.1 + 1e-6), 0.0]))
+    ema = {"B": pg.ema_update(pg.new_stats(), torch.zeros(20), 0.9)}
+    adv_ema, _ = pg.p_grpo_advantages(torch.tensor([1.0, 0.0]), ["B", "B"], ema, include_batch=False, decay=0.9)
+    assert adv_ema.abs().max() <= 10.0 + 1e-3
+    with pytest.raises(ValueError, match="min_std"):
+        pg.p_grpo_advantages(torch.tensor([1.0, 0.0]), ["B", "B"], hist, include_batch=False, min_std=-1.0)
+
+
 def test_registered_estimator_keeps_history_in_state():
     est = get_estimator("p_grpo")
     mask = torch.ones(4, 3)

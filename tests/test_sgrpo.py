@@ -10,6 +10,7 @@ import rlcourse.methods.sgrpo as sg
 from rlcourse.advantages import compute_grpo_outcome_advantage, place_on_last_token
 from rlcourse.lm import build_model, build_tokenizer, response_logprobs, sample
 from rlcourse.losses import compute_policy_loss
+from rlcourse.rewards import register_reward
 from rlcourse.tasks import Addition, Example, get_task
 from rlcourse.train import RLConfig, Trainer
 
@@ -112,11 +113,8 @@ def test_sampler_in_trainer_injects_and_leaves_successful_groups(tiny):
     pool = task.examples(20, seed=0)
     cfg = RLConfig(num_generations=2, prompts_per_step=3, max_completion_length=8, steps=1, progress=False,
                    sampler="s_grpo", eval_prompts=4)
-    tr = Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=pool)
-    with pytest.raises(ValueError, match="attach_references"):
-        tr.step()
+    # from the config alone: the trainer hands the sampler the step's examples, task and reward
     tr2 = Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=pool)
-    sg.attach_references(tr2.state, task, pool)
     m = tr2.step()
     assert tr2.state["s_grpo"]["injected"] == [1.0]  # an untrained model fails everything
     assert m["reward"] == pytest.approx(0.5)  # one demonstration (reward 1) in each group of 2
@@ -147,6 +145,48 @@ def test_sortadd_task_scores_both_parts():
     kinds = {("+" in e.prompt) for e in ex}
     assert kinds == {True, False}
     assert all(task.score(e.solution, e).reward == 1.0 for e in ex)
+
+
+def test_injection_of_a_longer_demonstration_widens_every_per_token_tensor(tiny):
+    """Demonstrations longer than every sampled response (max_completion_length=1): the batch, its
+    entropy and its extras are widened, and the injected rows' entropy is recomputed, not kept."""
+    model, tok = tiny
+    pool = Addition().examples(12, seed=1)
+    cfg = RLConfig(num_generations=2, prompts_per_step=2, max_completion_length=1, steps=1, progress=False,
+                   sampler="s_grpo", eval_prompts=4)
+    tr = Trainer(copy.deepcopy(model), tok, "addition", cfg, train_examples=pool)
+    m = tr.step()  # crashed: "shape mismatch: loss_mat (4, 1), loss_mask (4, 8)"
+    assert m["reward"] == pytest.approx(0.5) and math.isfinite(m["entropy"])
+    batch = sample(model, tok, [e.prompt for e in pool[:2]], num_generations=2, max_new_tokens=1,
+                   generator=torch.Generator().manual_seed(0))
+    batch.extras["x"] = torch.ones_like(batch.logprobs)
+    new = sg.inject_demonstrations(model, tok, batch, [1], [pool[0].solution])
+    T = len(pool[0].solution) + 1
+    assert new.response_len == T and new.entropy.shape == (4, T) and "x" not in new.extras
+    _, ent = response_logprobs(model, new.input_ids[1:2], new.attention_mask[1:2], T, 1.0, return_entropy=True)
+    assert torch.allclose(new.entropy[1], ent[0] * new.response_mask[1], atol=1e-5)
+    assert (new.entropy[1, 1:T] > 0).all()  # kept or zero-padded, these would be 0
+
+
+def test_injection_and_the_trainer_use_the_same_reward(tiny):
+    """Under a reward other than the task's verifier (here: it fails everything, as a noisy verifier
+    might), the sampler decides the injection with that reward, and the trainer's advantages use the
+    very scores the sampler acted on: each all-fail group holds one demonstration scored 1."""
+    model, tok = tiny
+    pool = Addition().examples(20, seed=0)
+    calls = []
+
+    @register_reward("test_sg_fails_all", overwrite=True)
+    def fails_all(batch, examples, task, state):
+        calls.append(len(batch))
+        return torch.zeros(len(batch))
+
+    cfg = RLConfig(num_generations=4, prompts_per_step=3, max_completion_length=8, steps=1, progress=False,
+                   sampler="s_grpo", reward="test_sg_fails_all", eval_prompts=4)
+    tr = Trainer(copy.deepcopy(model), tok, "addition", cfg, train_examples=pool)
+    m = tr.step()
+    assert calls == [12]  # scored once, by the sampler; the trainer reused its scores
+    assert m["reward"] == pytest.approx(0.25) and tr.state["s_grpo"]["injected"] == [1.0]
 
 
 # ------------------------------------------------------------------ the chapter's SFT frontier

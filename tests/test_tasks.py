@@ -1,6 +1,6 @@
 import pytest
 
-from rlcourse.tasks import Addition, Countdown, Example, Sort, get_task, task_names
+from rlcourse.tasks import Addition, Countdown, Example, Score, Sort, get_task, task_names
 
 
 @pytest.mark.parametrize("name", ["sort", "addition", "addition3", "countdown"])
@@ -16,7 +16,7 @@ def test_demonstrations_score_one_and_splits_are_disjoint(name):
 def test_addition_right_wrong_malformed():
     t = Addition()
     ex = Example("47+85=", "132", "231|132")
-    assert t.score("231|132", ex) == (1.0, "correct") or t.score("231|132", ex).reward == 1.0
+    assert t.score("231|132", ex) == Score(1.0, "correct")
     assert t.score("999|132", ex).reward == 1.0  # only the final answer is graded
     wrong = t.score("231|133", ex)
     assert wrong.reward == 0.0 and "wrong" in wrong.reason
@@ -79,3 +79,15 @@ def test_reasoning_gym_adapter():
     assert t.score("", e).reward == 0.0
     with pytest.raises(ValueError, match="reasoning-gym could not create"):
         get_task("rg:no_such_generator").examples(2)
+
+
+def test_held_out_prompts_are_distinct_and_disjoint_from_training():
+    task = Addition()
+    test = task.examples(256, seed=0, split="test")
+    assert len({e.prompt for e in test}) == 256  # drawn with replacement, 256 held ~224 distinct
+    train = task.examples(2000, seed=0, split="train")
+    assert not {e.prompt for e in train} & {e.prompt for e in test}
+    assert task.examples(100, seed=0, split="test") == test[:100]  # a prefix: deterministic
+    one_digit = Addition(digits=1)  # 100 prompts in all, about 10 of them held out
+    with pytest.raises(ValueError, match="distinct test prompts"):
+        one_digit.examples(60, split="test")

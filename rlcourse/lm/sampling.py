@@ -6,7 +6,7 @@ The batch follows the conventions of TRL and verl: prompts left-padded, response
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import torch
@@ -32,6 +32,11 @@ class RolloutBatch:
     temperature      float     the temperature the log-probs were taken at
     entropy          ``(B,T)`` entropy of the tempered next-token distribution; 0 where masked
                                (None if the sampler did not record it)
+    extras           dict      further per-token ``(B,T)`` tensors a sampler recorded for a part
+                               of the loop (e.g. OTB's ``sum_pi_sq``); :meth:`select` and
+                               :meth:`widen` carry them, so they survive any later step
+    scores           ``(B,)``  the rewards, when the sampler already scored the rows with the
+                               loop's reward (the trainer then uses them); None otherwise
     ================ ========= ================================================================
     """
 
@@ -46,6 +51,17 @@ class RolloutBatch:
     texts: list[str]
     temperature: float
     entropy: torch.Tensor | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    scores: torch.Tensor | None = None
+
+    def __post_init__(self):
+        shape = tuple(self.response_ids.shape)
+        for name, x in [("response_mask", self.response_mask), ("logprobs", self.logprobs),
+                        ("entropy", self.entropy), *((f"extras[{k!r}]", v) for k, v in self.extras.items())]:
+            if x is not None and tuple(x.shape) != shape:
+                raise ValueError(f"RolloutBatch: {name} has shape {tuple(x.shape)}, response_ids {shape}")
+        if self.scores is not None and tuple(self.scores.shape) != shape[:1]:
+            raise ValueError(f"RolloutBatch: scores has shape {tuple(self.scores.shape)}, expected ({shape[0]},)")
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -76,7 +92,22 @@ class RolloutBatch:
                    ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "logprobs", "index", "truncated")}
         if self.entropy is not None:
             tensors["entropy"] = self.entropy[rows]
-        return replace(self, **tensors, prompts=[self.prompts[i] for i in pick], texts=[self.texts[i] for i in pick])
+        if self.scores is not None:
+            tensors["scores"] = self.scores[rows]
+        return replace(self, **tensors, extras={k: v[rows] for k, v in self.extras.items()},
+                       prompts=[self.prompts[i] for i in pick], texts=[self.texts[i] for i in pick])
+
+    def widen(self, T: int, pad_token_id: int) -> "RolloutBatch":
+        """A copy whose per-token tensors are right-padded to ``T`` columns (``response_ids`` with
+        ``pad_token_id``; the mask, log-probs, entropy and every extra with 0). ``T`` below the
+        current width is an error; equal returns a copy."""
+        extra = int(T) - self.response_len
+        if extra < 0:
+            raise ValueError(f"widen: T={T} is narrower than the batch's {self.response_len} columns")
+        pad = lambda x, v=0.0: None if x is None else torch.nn.functional.pad(x, (0, extra), value=v)  # noqa: E731
+        return replace(self, response_ids=pad(self.response_ids, pad_token_id), response_mask=pad(self.response_mask),
+                       logprobs=pad(self.logprobs), entropy=pad(self.entropy),
+                       extras={k: pad(v) for k, v in self.extras.items()})
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

@@ -1,4 +1,7 @@
 """The chapters' methods. Importing this package registers every method's parts (advantage
-estimators, rewards, samplers, losses) in the loop's registries, so the trainer can name them."""
+estimators, rewards, samplers, losses, tasks) in the loop's registries. Nobody needs to import it by
+hand: a registry imports it the first time it meets a name it does not know
+(:func:`rlcourse.registry.load_methods`), so the trainer never imports the chapters and the chapters
+import only the registries (no cycle)."""
 
 from . import drest_lm, evpo, gipo, noisy, otb, pgrpo, sgrpo  # noqa: F401,E402

@@ -11,7 +11,7 @@ arXiv:2602.07078. For response ``i`` of a group and position ``t``:
   advantage :math:`A^{(i)}_t = (G^{(i)}_t - B_t)\\, m^{(i)}_t`.
 
 Registers the advantage estimator ``"otb"`` and the sampler ``"otb_policy"`` (the policy sampler plus
-one no-grad forward pass that attaches ``batch.sum_pi_sq``, as verl's actor emits it). Also here: the
+one no-grad forward pass that records ``batch.extras["sum_pi_sq"]``, as verl's actor emits it). Also here: the
 chapter's exact-enumeration variance study, the proxy check on the tiny model, and
 :func:`run_otb_experiment`.
 """
@@ -29,7 +29,7 @@ from ..ops import as_index, check_finite, check_same_shape
 from ..profiles import Profile, one_torch_thread
 from ..rollout import policy_sampler, register_sampler
 
-__all__ = ["sum_pi_sq_from_logits", "logit_grad_energy", "otb_advantage", "otb_policy_sampler",
+__all__ = ["sum_pi_sq_from_logits", "logit_grad_energy", "otb_advantage", "otb_policy_sampler", "batch_sum_pi_sq",
            "response_sum_pi_sq", "per_token_param_grad_sq", "TabularAR", "tabular_gradient_variance",
            "run_otb_experiment", "tabular_oracle_nsr"]
 
@@ -66,7 +66,7 @@ def logit_grad_energy(logprobs: torch.Tensor, sum_pi_sq: torch.Tensor) -> torch.
 @register_estimator("otb")
 def otb_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, batch=None,
                   logprobs: torch.Tensor | None = None, sum_pi_sq: torch.Tensor | None = None,
-                  epsilon: float = 1e-8, handle_zero_tail: bool = True):
+                  epsilon: float = 1e-8, handle_zero_tail: bool = True, model=None):
     """OTB's advantage :math:`A^{(i)}_t = (G^{(i)}_t - B_t) m^{(i)}_t` with the energy-weighted
     per-position group baseline :math:`B_t` (no division by the group's std).
 
@@ -74,8 +74,11 @@ def otb_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
     token_level_rewards ``(B,T)`` rewards (outcome on the last valid token)
     response_mask       ``(B,T)`` 1 up to and including EOS
     index               ``(B,)``  group (prompt) id of each row
-    batch               RolloutBatch or None: supplies ``logprobs`` and ``sum_pi_sq`` (set by the
-                                  ``"otb_policy"`` sampler) when they are not passed directly
+    batch               RolloutBatch or None: supplies ``logprobs`` when not passed directly
+    model               the policy that sampled ``batch`` (the trainer passes it): when no
+                                  ``sum_pi_sq`` is given (the trainer passes ``batch.extras``,
+                                  where the ``"otb_policy"`` sampler puts it), it is computed
+                                  from ``model`` on ``batch``, so any sampler combines with OTB
     logprobs            ``(B,T)`` log pi_old(y_t) at the sampling temperature
     sum_pi_sq           ``(B,T)`` sum_v pi_old(v)^2 at each position
     handle_zero_tail    bool      positions past the second-longest response of a group get
@@ -86,10 +89,13 @@ def otb_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
     if logprobs is None and batch is not None:
         logprobs = batch.logprobs
     if sum_pi_sq is None and batch is not None:
-        sum_pi_sq = getattr(batch, "sum_pi_sq", None)
+        sum_pi_sq = batch.extras.get("sum_pi_sq")
+        if sum_pi_sq is None and model is not None:
+            sum_pi_sq = batch_sum_pi_sq(model, batch)
     if logprobs is None or sum_pi_sq is None:
         raise ValueError("the 'otb' estimator needs per-token logprobs and sum_pi_sq; train with "
-                         "sampler='otb_policy' (which attaches batch.sum_pi_sq) or pass them directly")
+                         "sampler='otb_policy' (which records batch.extras['sum_pi_sq']), pass the model "
+                         "that sampled the batch, or pass them directly")
     check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask, logprobs=logprobs,
                      sum_pi_sq=sum_pi_sq)
     check_finite("token_level_rewards", token_level_rewards)
@@ -133,18 +139,25 @@ def response_sum_pi_sq(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     return sum_pi_sq_from_logits(out.logits[:, :-1, :].float() / temperature)
 
 
-@register_sampler("otb_policy")
-def otb_policy_sampler(model, tokenizer, prompts, config, generator, state):
-    """The ``"policy"`` sampler, plus ``batch.sum_pi_sq`` ``(B,T)`` from one no-grad forward pass
-    (zero where the response is masked), which the ``"otb"`` estimator reads."""
-    batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+def batch_sum_pi_sq(model, batch) -> torch.Tensor:
+    """``(B,T)`` :func:`response_sum_pi_sq` of a rollout batch under ``model`` in eval mode, zero
+    where the response is masked."""
     was_training = model.training
     model.eval()
     try:
         s = response_sum_pi_sq(model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature)
     finally:
         model.train(was_training)
-    batch.sum_pi_sq = s * batch.response_mask
+    return s * batch.response_mask
+
+
+@register_sampler("otb_policy")
+def otb_policy_sampler(model, tokenizer, prompts, config, generator, state):
+    """The ``"policy"`` sampler, plus ``batch.extras["sum_pi_sq"]`` ``(B,T)`` from one no-grad forward
+    pass (zero where the response is masked), which the ``"otb"`` estimator reads. (Without it the
+    estimator computes the same quantity itself, after the rollout.)"""
+    batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+    batch.extras["sum_pi_sq"] = batch_sum_pi_sq(model, batch)
     return batch
 
 

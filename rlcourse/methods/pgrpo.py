@@ -163,7 +163,9 @@ def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict
         else:  # cold start: the batch's own statistics of this group
             mu = float(r.mean())
             sigma = float(r.std()) if len(r) > 1 else 0.0
-        adv[rows] = ((r - mu) / (sigma + epsilon)).float()
+        if min_std < 0:
+            raise ValueError(f"min_std must be >= 0, got {min_std}")
+        adv[rows] = ((r - mu) / (max(sigma, min_std) + epsilon)).float()
         new_history[g] = after
     return adv, new_history
 
@@ -179,7 +181,7 @@ def pref_group_of(example: Example, key: str = "pref_group"):
 @register_estimator("p_grpo")
 def compute_p_grpo_advantage(token_level_rewards, response_mask, index, examples, state, epsilon: float = 1e-6,
                              include_batch: bool = True, decay: float | None = None, min_history: int = 2,
-                             group_key: str = "pref_group"):
+                             group_key: str = "pref_group", min_std: float = 0.1):
     """Registry entry ``p_grpo``: :func:`p_grpo_advantages` with the history in ``state["p_grpo"]``.
 
     =================== ========= ==============================================
@@ -197,7 +199,7 @@ def compute_p_grpo_advantage(token_level_rewards, response_mask, index, examples
         raise ValueError(f"p_grpo needs one Example per row ({len(scores)} rows)")
     labels = [pref_group_of(e, group_key) for e in examples]
     adv, state[STATE_KEY] = p_grpo_advantages(scores, labels, state.get(STATE_KEY, {}), epsilon, include_batch,
-                                              decay, min_history)
+                                              decay, min_history, min_std)
     return adv.unsqueeze(-1) * response_mask, scores.unsqueeze(-1) * response_mask
 
 

@@ -89,9 +89,12 @@ def inject_demonstrations(model, tokenizer, batch: RolloutBatch, rows: Sequence[
     """A copy of ``batch`` where each row in ``rows`` holds a demonstration instead of its sample.
 
     The demonstration is tokenised as a response (text + EOS), the batch is right-padded if it is
-    longer than the sampled responses, and the row's ``logprobs`` are recomputed under the current
+    longer than the sampled responses (every per-token tensor, see :meth:`RolloutBatch.widen`), and
+    the row's ``logprobs`` (and ``entropy``, if the batch records it) are recomputed under the current
     ``model`` at the batch's temperature, so that the importance ratio of the injected row is exactly 1
     before the first update (the demonstration is treated as if the current policy had sampled it).
+    Per-token ``extras`` of the replaced rows described the replaced samples; they are dropped (a part
+    that needs one computes it from the model, as the ``otb`` estimator does), and so are ``scores``.
 
     ============== ========= ====================================================
     batch          B rows    the sampled rollout batch (not modified)
@@ -110,10 +113,10 @@ def inject_demonstrations(model, tokenizer, batch: RolloutBatch, rows: Sequence[
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     demo_ids = [tokenizer(d, add_special_tokens=False)["input_ids"] + [eos] for d in demonstrations]
     T = max(batch.response_len, max(len(d) for d in demo_ids))
-    extra = T - batch.response_len
-    response_ids = torch.nn.functional.pad(batch.response_ids, (0, extra), value=pad)
-    response_mask = torch.nn.functional.pad(batch.response_mask, (0, extra), value=0.0)
-    logprobs = torch.nn.functional.pad(batch.logprobs, (0, extra), value=0.0)
+    wide = replace(batch, extras={}, scores=None).widen(T, pad)
+    response_ids, response_mask = wide.response_ids.clone(), wide.response_mask.clone()
+    logprobs = wide.logprobs.clone()
+    entropy = None if wide.entropy is None else wide.entropy.clone()
     truncated, texts = batch.truncated.clone(), list(batch.texts)
     for r, ids, text in zip(rows, demo_ids, demonstrations):
         response_ids[r] = pad
@@ -121,20 +124,27 @@ def inject_demonstrations(model, tokenizer, batch: RolloutBatch, rows: Sequence[
         response_mask[r] = 0.0
         response_mask[r, :len(ids)] = 1.0
         truncated[r], texts[r] = False, text
-    new = replace(batch, response_ids=response_ids, response_mask=response_mask, logprobs=logprobs,
-                  truncated=truncated, texts=texts)
+    new = replace(wide, response_ids=response_ids, response_mask=response_mask, logprobs=logprobs,
+                  entropy=entropy, truncated=truncated, texts=texts)
     sub = torch.tensor(rows)
     was_training = model.training
     model.eval()
-    lp = response_logprobs(model, new.input_ids[sub], new.attention_mask[sub], T, batch.temperature)
-    model.train(was_training)
+    try:
+        out = response_logprobs(model, new.input_ids[sub], new.attention_mask[sub], T, batch.temperature,
+                                return_entropy=entropy is not None)
+    finally:
+        model.train(was_training)
+    lp, ent = out if entropy is not None else (out, None)
     new.logprobs[sub] = lp * response_mask[sub]
+    if entropy is not None:
+        new.entropy[sub] = ent.float() * response_mask[sub]
     return new
 
 
 def attach_references(state: dict, task: Task | str, examples: Sequence[Example]) -> None:
-    """Give the ``s_grpo`` sampler what it needs: the task's verifier and each prompt's
-    demonstration, stored in ``state["s_grpo"]`` (the sampler only sees prompt strings)."""
+    """Optional: store a verifier and demonstrations in ``state["s_grpo"]`` for calls of the
+    ``s_grpo`` sampler outside the trainer (the trainer hands the sampler the step's examples, its
+    task and its reward, so a config alone is enough there). Checks that the demonstrations pass."""
     task = get_task(task)
     refs = {e.prompt: e for e in examples}
     bad = [e.prompt for e in list(refs.values())[:200] if task.score(e.solution, e).reward < 1.0]
@@ -144,27 +154,50 @@ def attach_references(state: dict, task: Task | str, examples: Sequence[Example]
 
 
 @register_sampler("s_grpo")
-def s_grpo_sampler(model, tokenizer, prompts, config, generator, state) -> RolloutBatch:
-    """Sample G per prompt; in every group where the verifier failed all G, replace the last sample
-    by the prompt's demonstration (log-probs recomputed, so the ratio starts at 1). Appends the
-    fraction of injected groups to ``state["s_grpo"]["injected"]``. Needs :func:`attach_references`."""
-    memo = state.get(STATE_KEY)
-    if not memo or "references" not in memo:
-        raise ValueError("the s_grpo sampler needs state['s_grpo'] from attach_references(trainer.state, "
-                         "task, examples) before training")
+def s_grpo_sampler(model, tokenizer, prompts, config, generator, state, examples=None, task=None,
+                   reward=None) -> RolloutBatch:
+    """Sample G per prompt; in every group where the loop's reward failed all G, replace the last sample
+    by the prompt's demonstration (log-probs recomputed, so the ratio starts at 1) with the maximal
+    reward 1. Returns the batch with ``scores`` set, so the trainer's advantages use exactly the rewards
+    the injection acted on (under a noisy verifier too). Appends the fraction of injected groups to
+    ``state["s_grpo"]["injected"]``.
+
+    The trainer passes ``examples`` (the step's examples), ``task`` and ``reward``; called by hand,
+    the sampler falls back on what :func:`attach_references` stored and the task's verifier.
+    """
     G = config.num_generations
     if G < 2:
         raise ValueError(f"s_grpo needs num_generations >= 2, got {G}")
+    memo = state.setdefault(STATE_KEY, {})
+    memo.setdefault("injected", [])
+    if examples is None:
+        if "references" not in memo:
+            raise ValueError("the s_grpo sampler needs the step's examples (the trainer passes them) or "
+                             "state['s_grpo'] from attach_references(state, task, examples)")
+        try:
+            examples = [memo["references"][p] for p in prompts]
+        except KeyError as err:
+            raise ValueError(f"no demonstration for prompt {err.args[0]!r}") from None
+    if len(examples) != len(prompts) or any(e.prompt != p for e, p in zip(examples, prompts)):
+        raise ValueError("s_grpo: examples must be the examples of the prompts, in order")
+    task = task if task is not None else memo.get("task")
+    if task is None:
+        raise ValueError("the s_grpo sampler needs a task (the trainer passes it) for its verifier")
+    task = get_task(task)
     batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
-    try:
-        examples = [memo["references"][p] for p in batch.prompts]
-    except KeyError as err:
-        raise ValueError(f"no demonstration for prompt {err.args[0]!r}") from None
-    rewards = torch.as_tensor(memo["task"].rewards(batch.texts, examples), dtype=torch.float32)
+    per_row = [examples[int(i)] for i in batch.index]
+    if reward is None:
+        rewards = task.rewards(batch.texts, per_row)
+    else:
+        rewards = reward(batch, per_row, task, state)
+    rewards = torch.as_tensor(rewards, dtype=torch.float32).reshape(-1).clone()
     failed = all_fail_groups(rewards, G)
     rows = [int(g) * G + G - 1 for g in failed.nonzero().flatten()]
     memo["injected"].append(float(failed.float().mean()))
-    return inject_demonstrations(model, tokenizer, batch, rows, [examples[r].solution for r in rows])
+    new = inject_demonstrations(model, tokenizer, batch, rows, [per_row[r].solution for r in rows])
+    rewards[rows] = 1.0  # the verified demonstration enters with the maximal reward
+    new.scores = rewards
+    return new
 
 
 # ---------------------------------------------------------------------- the two-task base model
