@@ -57,15 +57,16 @@ ARMS = {  # name: (epsilon, num_iterations)
 def ppo_config(prof: Profile, epsilon: float, num_iterations: int, seed: int = 0,
                estimator: str = "grpo") -> RLConfig:
     """The experiment's configuration; the arms differ only in ``epsilon`` and ``num_iterations``
-    (and the GAE run in ``advantage_estimator``). The learning rate, 1e-4, is the one that is safe for
-    one pass per batch of 16 prompts on this model (a trial at 4e-4 fell from 55% to 29% greedy
-    accuracy within 8 steps even with one pass); four passes take four optimiser steps per batch at
-    that rate, which moves the policy far enough for the clip to bind."""
-    steps = prof.pick(smoke=2, book=40) if estimator != "gae" else prof.pick(smoke=2, book=30)
+    (and the GAE run in ``advantage_estimator``). The learning rate, 2e-4 constant, is one at which a
+    single pass per batch of 16 prompts still improves this model over 40 steps (1e-4 barely moved it
+    in that budget, and 4e-4 lost half its accuracy within 8 steps even with one pass); four passes
+    take four optimiser steps of that size per batch, which moves the policy far enough for the clip
+    to bind."""
+    steps = prof.pick(smoke=2, book=40)
     return RLConfig(
         advantage_estimator=estimator, epsilon=epsilon, num_iterations=num_iterations,
         num_generations=prof.num_generations, prompts_per_step=prof.pick(smoke=prof.rl_prompts, book=16),
-        learning_rate=prof.pick(smoke=prof.rl_lr, book=1e-4), steps=steps, max_completion_length=10,
+        learning_rate=prof.pick(smoke=prof.rl_lr, book=2e-4), steps=steps, max_completion_length=10,
         loss_type="dapo", eval_every=steps, eval_prompts=prof.eval_prompts, seed=seed, progress=False,
         lam=0.95, vf_coef=0.5, critic_learning_rate=prof.pick(smoke=1e-3, book=1e-3), cliprange_value=0.2)
 
@@ -105,7 +106,7 @@ def run_ppo_experiment(prof: Profile | None = None, seeds=None, arms=None, with_
 
 _PPO = "Schulman, Wolski, Dhariwal, Radford, Klimov 2017, Proximal Policy Optimization Algorithms, arXiv:1707.06347"
 _SETTING = ("tiny Llama (book profile) on reversed-digit addition ('medium' base), GRPO advantages, 16 prompts x 8 "
-            "samples, 40 steps, AdamW 1e-4 constant, token-mean loss, gradient norm clipped at 1")
+            "samples, 40 steps, AdamW 2e-4 constant, token-mean loss, gradient norm clipped at 1")
 
 
 def ppo_claims() -> dict:
@@ -139,7 +140,7 @@ def ppo_claims() -> dict:
                       "(the algorithm of the paper's sec. 5)",
             source="sec. 5, paraphrase", setting=_SETTING.replace("GRPO advantages", "GAE (lambda 0.95) with a "
                                                                    "critic (a copy of the trunk with a scalar head, "
-                                                                   "lr 1e-3)").replace("40 steps", "30 steps"),
+                                                                   "lr 1e-3)"),
             metric="final greedy accuracy minus the base model's, per seed", method="PPO + GAE", baseline="base model",
             kind="greater", margin=0.0),
     }
