@@ -23,11 +23,13 @@ def test_drest_ppo_is_neutral_and_useful(out):
 
 
 @pytest.mark.claims
-def test_drest_a2c_direction(out):
+def test_drest_a2c_neutrality_is_inconclusive_and_usefulness_holds(out):
     v = drest_verdicts(out)
-    # A2C: the claim's direction (DReST more neutral than default, paired by seed) and usefulness above 0.9;
-    # whether the half-bit margin is cleared is the verdict the chapter glues, not asserted here
+    # the book run (5 seeds) computed "inconclusive" for A2C neutrality: DReST is more neutral than
+    # default on average, but only some seeds are neutral, so the interval straddles the half-bit margin
+    assert v["neutral_a2c"].verdict == "inconclusive", v["neutral_a2c"].sentence()
     assert v["neutral_a2c"].effect > 0, v["neutral_a2c"].sentence()
+    # DReST A2C's usefulness exceeds 0.9 (the book run computed "holds")
     assert v["useful_a2c"].verdict == "holds", v["useful_a2c"].sentence()
 
 
