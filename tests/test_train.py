@@ -97,7 +97,7 @@ def test_bnpo_is_the_mean_of_the_micro_batches_token_means(tiny):
     @register_policy_loss("test_records_bnpo", overwrite=True)
     def recording(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, **agg):
         loss = agg_loss(-advantages * torch.exp(log_prob - old_log_prob.detach()), response_mask, loss_agg_mode, **agg)
-        seen.append(float(loss))
+        seen.append(float(loss.detach()))
         return loss, {}
 
     m = make(tiny, steps=1, loss_type="bnpo", micro_batch_size=6, policy_loss="test_records_bnpo").step()
