@@ -96,7 +96,7 @@ class RLConfig:
     max_grad_norm: float | None = 1.0
     entropy_coef: float = 0.0
     clip_ratio_c: float | None = None
-    kl_estimator: str = "k3"
+    kl_estimator: str = "k3+"  # k3's value (logged), k2's gradient: the gradient of KL(pi || ref)
     kl_in_reward: bool = False
     seed: int = 0
     train_pool_size: int = 4000
