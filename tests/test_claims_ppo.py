@@ -1,12 +1,12 @@
 """The PPO chapter's claims, in the book profile (slow: `make claims`).
 
-A book-profile run of the three GRPO arms on seeds 0 and 1 (written while making the chapter) gave:
-mean ppo_kl 0.012 with the clip against 0.020 without it (4 passes), final greedy accuracy 0.520 with
-the clip against 0.330 without it, and 0.520 for four passes against 0.568 for one pass. So: the clip
-keeps ppo_kl below the unclipped arm's ("holds"), the clipped four-pass arm ends more accurate than the
-unclipped one ("holds"), and four passes at the one-pass learning rate do not beat one pass (not
-"holds"). PPO + GAE must lift accuracy above the base model ("holds"); its book run was not finished
-when this test was written.
+The book-profile run made while writing the chapter (3 seeds, 545 s on a loaded 2-core machine) computed:
+- the clip keeps ppo_kl below the unclipped arm's with four passes (0.036 vs 0.077): "holds";
+- with four passes the clipped arm ends more accurate than the unclipped one (0.315 vs 0.036): "holds";
+- four passes at the one-pass learning rate beat one pass: "does not hold" (0.315 vs 0.534);
+- PPO + GAE lifts accuracy above the base model in 40 steps: "inconclusive" (0.540 vs 0.538; the
+  one-pass GRPO arm did not rise above the base in that budget either).
+This test asserts those verdicts.
 """
 import pytest
 
@@ -22,6 +22,6 @@ def test_ppo_claims():
     # with four passes, the clipped arm ends more accurate than the unclipped arm
     assert v["clip-vs-none"].verdict == "holds", v["clip-vs-none"].sentence()
     # four passes at the one-pass learning rate do not beat one pass
-    assert v["reuse"].verdict != "holds", v["reuse"].sentence()
-    # PPO + GAE ends above the base model
-    assert v["gae"].verdict == "holds", v["gae"].sentence()
+    assert v["reuse"].verdict == "does not hold", v["reuse"].sentence()
+    # PPO + GAE vs the base model after 40 steps: inconclusive, as the book run computed
+    assert v["gae"].verdict == "inconclusive", v["gae"].sentence()
