@@ -38,6 +38,13 @@ def test_sgrpo_claims_book_profile():
         print(name, verdict.sentence())
     print(gains_and_forgetting(res))
     assert res["base_p"] < 0.1  # a cold start: few sampled answers are right
-    # the verdicts this test asserts are those of the chapter's book run; until that run is recorded
-    # here, the test checks only that every claim got a verdict over the profile's seeds
     assert set(v) == {"vs-grpo", "vs-sft-gain", "forgetting"} and all(x.seeds == 3 for x in v.values())
+    # The verdicts of the book run (3 seeds, recorded 2026-12-01 on a heavily loaded machine). In that
+    # run every arm gained little on addition (S-GRPO +0.03, GRPO -0.02, SFT at lr 3e-4 +0.00 while
+    # losing 0.83 of sort), so these verdicts describe a regime where learning barely happened.
+    # S-GRPO's area under the addition curve lies above GRPO's: holds
+    assert v["vs-grpo"].verdict == "holds"
+    # S-GRPO's final addition above SFT's at the same lr and steps: holds
+    assert v["vs-sft-gain"].verdict == "holds"
+    # at S-GRPO's small gain, SFT at lr 3e-5 forgets less (0.02) than S-GRPO (0.20): does not hold
+    assert v["forgetting"].verdict == "does not hold"
