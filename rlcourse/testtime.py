@@ -244,6 +244,10 @@ def run_test_time_experiment(prof: Profile | None = None) -> dict:
             out["rl_greedy"].append(trainer.evaluate())
             out["rl_reward"].append(np.array([h["reward"] for h in trainer.history]))
             out["rl_correct"].append(ev_rl["correct"])
+            # positive control for the equivalence claim: the base model again, with fresh samples
+            ev_b = evaluate_samples(base, tok, test, cfg["n"], cfg["max_new_tokens"],
+                                    torch.Generator().manual_seed(100 + seed))
+            out.setdefault("base_rerun_pass", []).append(pass_at_k_curve(ev_b["correct"], cfg["ks"]))
         out["seconds"] = time.perf_counter() - t0
         return out
 
@@ -273,6 +277,13 @@ TTS_CLAIMS = {
         setting=_TTS_SETTING + "; k = n = 32 (the paper's large k is hundreds)",
         metric="pass@32 on the held-out prompts", method="after GRPO", baseline="base model",
         kind="equivalent", margin=0.02),
+    "control": Claim(
+        key="test_time_scaling/control-same-model-comparable",
+        paper="(positive control for the claim 'comparable at large k')",
+        statement="the same model, evaluated twice with fresh samples, is comparable within 2 points at k = n: "
+                  "shows that the equivalence test can conclude at this number of prompts and samples",
+        source="this chapter", setting=_TTS_SETTING + "; k = n = 32", metric="pass@32 on the held-out prompts",
+        method="base model, fresh samples", baseline="base model", kind="equivalent", margin=0.02),
     "bok": Claim(
         key="test_time_scaling/base-best-of-k-recovers-most", paper=_YUE,
         statement="(this chapter's extension of the paper's reading to an imperfect verifier) with best-of-k by "
@@ -295,4 +306,6 @@ def tts_verdicts(res: dict) -> dict:
         "gain_shrinks": evaluate(TTS_CLAIMS["gain_shrinks"], gain[:, -1], gain[:, 0], seconds=s),
         "large_k": evaluate(TTS_CLAIMS["large_k"], [r["pass"][-1] for r in rl], [base["pass"][-1]] * n, seconds=s),
         "bok": evaluate(TTS_CLAIMS["bok"], lead[:, -1], 0.5 * lead[:, 0], seconds=s),
+        "control": evaluate(TTS_CLAIMS["control"], [c[-1] for c in res["base_rerun_pass"]], [base["pass"][-1]] * n,
+                            seconds=s),
     }
