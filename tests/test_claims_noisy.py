@@ -29,3 +29,20 @@ def test_noisy_verifier_bandit_claims_book_profile():
     assert v["bandit-precision"].verdict == "does not hold"
     # Adam and SGD lose about the same to 40% noise: the Adam explanation is not supported
     assert v["adam"].verdict == "inconclusive"
+
+
+@pytest.mark.claims
+def test_noisy_verifier_lm_claims_book_profile():
+    v = lm_verdicts(run_noisy_lm(rlcourse.profile("book")))
+    for name, verdict in v.items():
+        print(name, verdict.sentence())
+    # the positive control: 45% per-sample noise (J = 0.1) costs far more than 2 points: holds
+    assert v["lm-control"].verdict == "holds"
+    # group noise 20%: the whole interval lies below -1 point (about -12 points): does not hold
+    assert v["lm-group-20"].verdict == "does not hold"
+    # group noise 30%: the whole interval lies below -2 points: does not hold
+    assert v["lm-group-30"].verdict == "does not hold"
+    # per-sample noise 30%: the whole interval lies below -2 points: does not hold
+    assert v["lm-sample-30"].verdict == "does not hold"
+    # at 30% group noise the late-window accuracy ends below the base model on every seed: holds
+    assert v["lm-below-base"].verdict == "holds"
