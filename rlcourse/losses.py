@@ -121,7 +121,9 @@ get_policy_loss = POLICY_LOSSES.get
 @register_policy_loss("vanilla")
 def compute_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                         response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                        clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", **agg_kwargs):
+                        clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
+                        global_tokens: float | None = None, global_seqs: float | None = None,
+                        max_len: int | None = None):
     """PPO's clipped surrogate, per token, aggregated by ``loss_agg_mode``.
 
     :math:`\\ell_t = \\max(-A_t\\rho_t,\\; -A_t\\,\\mathrm{clip}(\\rho_t, 1-\\epsilon_{low}, 1+\\epsilon_{high}))`

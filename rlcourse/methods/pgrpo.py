@@ -124,14 +124,19 @@ def stats_mean_std(stats: dict, ema: bool = False) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------- the advantage
 def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict, epsilon: float = 1e-6,
-                      include_batch: bool = True, decay: float | None = None, min_history: int = 2):
+                      include_batch: bool = True, decay: float | None = None, min_history: int = 2,
+                      min_std: float = 0.1):
     """P-GRPO advantages of one batch, and the updated per-preference-group history.
 
     :math:`A_i = (r_i - \\mu_{g(i)}) / (\\sigma_{g(i)} + \\epsilon)` with :math:`\\mu_g, \\sigma_g` the
     running statistics of preference group g. With ``include_batch`` (default) the batch's rewards
     are added to the history first ("post-update"); otherwise the history before this batch is used
     and updated afterwards ("pre-update"). A group with fewer than ``min_history`` rewards in the
-    statistics used falls back to the batch's own mean and std of that group (cold start).
+    statistics used falls back to the batch's own mean and std of that group (cold start). The std is
+    floored at ``min_std`` when the rewards differ from the mean: a history of equal rewards has
+    :math:`\\sigma_g = 0`, and a new reward that differs (possible without ``include_batch``) would get
+    an advantage of :math:`1/\\epsilon`; with rewards in [0, 1] the floor caps it at 10. (A row whose
+    reward equals the mean keeps advantage 0 either way.)
 
     =========== ========= =========================================================
     scores      ``(B,)``  outcome reward of each row
