@@ -79,7 +79,7 @@ class TextFrozenLake(gym.Env):
             raise ValueError(f"need size >= 2 and max_turns >= {2 * (size - 1)} (the goal's distance from the start), "
                              f"got size={size}, max_turns={max_turns}")
         self.size, self.max_turns, self.p_frozen = size, max_turns, p_frozen
-        self.observation_space = spaces.Text(max_length=size * size + 8, charset="".join(sorted(CHARSET)))
+        self.observation_space = spaces.Text(max_length=size * size + 8, min_length=0, charset="".join(sorted(CHARSET)))
         self.action_space = spaces.Text(max_length=8, min_length=0, charset=MOVES + " ")
         self.desc: list[str] | None = None
         self._lake: FrozenLakeEnv | None = None
