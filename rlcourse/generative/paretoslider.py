@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..claims import Claim, evaluate
+from ..ops import group_stats
 from ..profiles import Profile, one_torch_thread, profile as current_profile
 from .flow import VelocityMLP, digits_classifier, linear_path, load_flow, ring_centres, sample_ode
 
@@ -80,15 +81,11 @@ def preference_features(weights: torch.Tensor) -> torch.Tensor:
 
 
 def _group_stats(x: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row mean and population std of the row's group, for each column of ``x`` ``(B, R)``."""
-    groups, inv, counts = torch.unique(index, return_inverse=True, return_counts=True)
-    if (counts < 2).any():
-        raise ValueError("every group needs at least 2 samples (G >= 2) to be normalised")
-    sums = torch.zeros(len(groups), x.shape[1], dtype=x.dtype).index_add_(0, inv, x)
-    mean = sums / counts[:, None]
-    sq = torch.zeros_like(sums).index_add_(0, inv, (x - mean[inv]) ** 2)
-    std = torch.sqrt(sq / counts[:, None])
-    return mean[inv], std[inv]
+    """Per-row mean and population std of the row's group, for each column of ``x`` ``(B, R)``
+    (:func:`rlcourse.ops.group_stats` with ``unbiased=False``: ParetoSlider normalises with the
+    population std)."""
+    _, mean, std = group_stats(x, index, min_size=2, unbiased=False)
+    return mean, std
 
 
 def _check_rewards(rewards: torch.Tensor, weights: torch.Tensor, index: torch.Tensor) -> None:
