@@ -19,9 +19,7 @@ Registered parts
 """
 from __future__ import annotations
 
-import copy
 import math
-import time
 from dataclasses import replace
 from typing import Sequence
 
@@ -32,7 +30,6 @@ from ..lm.model import response_logprobs
 from ..lm.sampling import RolloutBatch
 from ..rollout import policy_sampler, register_sampler
 from ..tasks import Addition, Example, Sort, Task, get_task, register_task
-from ..profiles import one_torch_thread
 
 STATE_KEY = "s_grpo"
 
@@ -225,86 +222,3 @@ def _accuracies(model, tokenizer, held: dict) -> dict:
     from ..lm.zoo import greedy_accuracy
 
     return {name: greedy_accuracy(model, tokenizer, name, ex, max_new_tokens=10) for name, ex in held.items()}
-
-
-def run_sgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = False) -> dict:
-    """Cold start on addition from a base model that sorts well: GRPO, S-GRPO (injection sampler) and
-    SFT on the same demonstrations, with the same optimiser, learning rate, steps and prompts per step.
-
-    Returns ``steps`` (evaluation steps), ``curves[arm]["addition"|"sort"]`` (seeds x evals) of greedy
-    held-out accuracy, ``injected`` (seeds x steps, S-GRPO's fraction of all-fail groups, i.e. of
-    groups that received a demonstration), ``frac_zero_std[arm]`` (seeds x steps, the trainer's
-    fraction of zero-variance groups), ``final`` (mean over seeds), the base accuracies, the base
-    model's sampled success rate ``base_p`` and timing.
-    """
-    from .. import profile as current_profile
-    from ..lm.sampling import sample
-    from ..lm.zoo import load_base_model
-    from ..train import RLConfig, Trainer, sft
-
-    prof = prof or current_profile()
-    n_seeds = seeds if seeds is not None else prof.pick(smoke=1, book=2, full=5)
-    steps = prof.pick(smoke=2, book=60, full=200)
-    every = prof.pick(smoke=1, book=10, full=20)
-    n_eval = prof.pick(smoke=16, book=128, full=512)
-    G, n_prompts = prof.pick(smoke=2, book=8, full=8), prof.pick(smoke=4, book=16, full=32)
-    lr = prof.pick(smoke=1e-4, book=3e-4, full=3e-4)
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        base, tok = load_base_model("sg_sortadd", strength=0.46, prof=prof, progress=progress)
-        add = Addition()
-        held = {"addition": add.examples(n_eval, seed=0, split="test"),
-                "sort": Sort().examples(n_eval, seed=0, split="test")}
-        base_acc = _accuracies(base, tok, held)
-        probe = sample(base, tok, [e.prompt for e in held["addition"]], num_generations=G, max_new_tokens=10,
-                       generator=torch.Generator().manual_seed(0))
-        base_p = float(add.rewards(probe.texts, [e for e in held["addition"] for _ in range(G)]).mean())
-        eval_steps = list(range(0, steps + 1, every))
-        if eval_steps[-1] != steps:
-            eval_steps.append(steps)
-        arms = ("GRPO", "S-GRPO", "SFT")
-        curves = {arm: {"addition": [], "sort": []} for arm in arms}
-        injected, zero_std = [], {"GRPO": [], "S-GRPO": []}
-        for seed in range(n_seeds):
-            pool = add.examples(4000, seed=seed, split="train")
-            for arm in arms:
-                torch.manual_seed(seed)
-                model = copy.deepcopy(base)
-                row = {k: [v] for k, v in base_acc.items()}
-                if arm == "SFT":
-                    done = 0
-                    for s in eval_steps[1:]:
-                        sft(model, tok, pool, steps=s - done, batch_size=n_prompts, lr=lr, seed=seed * 1000 + s)
-                        done = s
-                        for k, v in _accuracies(model, tok, held).items():
-                            row[k].append(v)
-                else:
-                    cfg = RLConfig(num_generations=G, prompts_per_step=n_prompts, max_completion_length=10,
-                                   steps=steps, learning_rate=lr, seed=seed, progress=progress,
-                                   sampler="s_grpo" if arm == "S-GRPO" else "policy")
-                    tr = Trainer(model, tok, add, cfg, train_examples=pool, eval_examples=held["addition"][:8])
-                    if arm == "S-GRPO":
-                        attach_references(tr.state, add, pool)
-                    for s in eval_steps[1:]:
-                        tr.train(steps=s)
-                        for k, v in _accuracies(tr.model, tok, held).items():
-                            row[k].append(v)
-                    zero_std[arm].append([h["frac_zero_std_groups"] for h in tr.history])
-                    if arm == "S-GRPO":
-                        injected.append(list(tr.state[STATE_KEY]["injected"]))
-                for k in row:
-                    curves[arm][k].append(row[k])
-    curves = {arm: {k: np.asarray(v) for k, v in c.items()} for arm, c in curves.items()}
-    return {
-        "steps": eval_steps,
-        "curves": curves,
-        "final": {arm: {k: float(v[:, -1].mean()) for k, v in c.items()} for arm, c in curves.items()},
-        "injected": np.asarray(injected),
-        "frac_zero_std": {arm: np.asarray(v) for arm, v in zero_std.items()},
-        "base": base_acc,
-        "base_p": base_p,
-        "G": G,
-        "lr": lr,
-        "seeds": n_seeds,
-        "seconds": time.perf_counter() - t0,
-    }
