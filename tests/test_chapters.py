@@ -1,5 +1,6 @@
 """Every chapter and capstone in _toc.yml, executed in the smoke profile (as a reader's kernel would)."""
 import os
+import re
 import time
 from pathlib import Path
 
@@ -74,3 +75,25 @@ def test_chapter_executes_in_smoke_profile(stem, monkeypatch):
     assert elapsed < CHAPTER_TIME_LIMIT_S, f"{stem} took {elapsed:.0f} s in the smoke profile"
     missing = glued_figures_without_image(nb)
     assert not missing, f"{stem}: glued figures without an image: {missing}"
+
+
+LABEL = re.compile(r"^\(([A-Za-z0-9_.:-]+)\)=\s*$", re.MULTILINE)
+NAMED = re.compile(r"^:(?:name|label):\s*([A-Za-z0-9_.:-]+)\s*$", re.MULTILINE)
+REF = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([A-Za-z0-9_.:-]+)>?`")
+
+
+def test_every_chapter_has_its_label_and_every_ref_resolves():
+    """Static check of the book's cross-references (the Sphinx build with -W -n checks them too, but
+    only where the whole book is built): each chapter opens with the label ``ch-<stem>`` (underscores
+    as hyphens), and every {ref}/{numref} names a label, figure or exercise defined somewhere."""
+    sources = {stem: (ROOT / f"{stem}.md").read_text() for stem in toc_files() if (ROOT / f"{stem}.md").exists()}
+    labels = set()
+    for text in sources.values():
+        labels.update(LABEL.findall(text))
+        labels.update(NAMED.findall(text))
+    for stem, text in sources.items():
+        if stem.startswith(("book/", "notebooks/")):
+            expected = "ch-" + Path(stem).name.replace("_", "-")
+            assert f"({expected})=" in text, f"{stem}.md does not open with the label ({expected})="
+        unknown = sorted(set(REF.findall(text)) - labels)
+        assert not unknown, f"{stem}.md refers to undefined labels: {unknown}"
