@@ -70,6 +70,8 @@ class RLConfig:
     skip_zero_advantage_rows  no forward/backward for rows whose gradient is exactly zero
     share_prompt_forward      the update runs each prompt once for its G samples (same result)
     advantage_estimator, policy_loss, reward, sampler, prompt_sampler: registry names
+    advantage_kwargs, sampler_kwargs, loss_kwargs: extra keywords for that part (each must be a
+                              parameter the part names, else ValueError)
     ========================= ==========================================================
     """
 
@@ -106,7 +108,9 @@ class RLConfig:
     reward: str | Callable = "task"
     advantage_estimator: str | Callable = "grpo"
     policy_loss: str | Callable = "vanilla"
-    advantage_kwargs: dict = field(default_factory=dict)
+    advantage_kwargs: dict = field(default_factory=dict)  # extra keywords for the estimator
+    sampler_kwargs: dict = field(default_factory=dict)  # ... for the sampler (e.g. a replay ratio)
+    loss_kwargs: dict = field(default_factory=dict)  # ... for the policy loss
     # PPO with a critic
     gamma: float = 1.0
     lam: float = 0.95
@@ -168,6 +172,18 @@ def call_policy_loss(loss: Callable, agg: dict, **named):
     return loss(**kwargs)
 
 
+def check_accepts(fn: Callable, kwargs: dict, what: str) -> None:
+    """Raise a ValueError naming the keywords of ``kwargs`` that ``fn`` does not take (a misspelt
+    knob in a config must not be dropped in silence)."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted(set(kwargs) - set(params))
+    if unknown:
+        name = getattr(fn, "__name__", repr(fn))
+        raise ValueError(f"{what} {unknown} are not parameters of {name}; it takes {sorted(params)}")
+
+
 def needs_values(estimator: Callable) -> bool:
     return "values" in inspect.signature(estimator).parameters
 
@@ -200,6 +216,13 @@ class Trainer:
         self.reward_fn = get_reward(cfg.reward)
         self.estimator = get_estimator(cfg.advantage_estimator)
         self.policy_loss = get_policy_loss(cfg.policy_loss)
+        loop_given = {"model", "tokenizer", "prompts", "config", "generator", "state", "examples", "pool", "task",
+                      "reward", "step"}
+        if set(cfg.sampler_kwargs) & loop_given:
+            raise ValueError(f"sampler_kwargs {sorted(set(cfg.sampler_kwargs) & loop_given)} are given by the loop")
+        check_accepts(self.sampler, cfg.sampler_kwargs, "sampler_kwargs")
+        check_accepts(self.estimator, cfg.advantage_kwargs, "advantage_kwargs")
+        check_accepts(self.policy_loss, cfg.loss_kwargs, "loss_kwargs")
         self.train_pool = list(train_examples) if train_examples is not None else \
             self.task.examples(cfg.train_pool_size, seed=cfg.seed, split="train")
         self.eval_examples = list(eval_examples) if eval_examples is not None else \
@@ -242,7 +265,7 @@ class Trainer:
         batch: RolloutBatch = call_with_supported(
             self.sampler, model=self.model, tokenizer=self.tokenizer, prompts=[e.prompt for e in examples],
             config=cfg, generator=self.generator, state=self.state, examples=examples, pool=self.train_pool,
-            task=self.task, reward=self.reward_fn, step=k)
+            task=self.task, reward=self.reward_fn, step=k, **cfg.sampler_kwargs)
         t_rollout = time.perf_counter()
         per_row = [examples[int(i)] for i in batch.index]
         # a sampler that already scored its rows with the loop's reward (e.g. S-GRPO's injection) hands
@@ -360,7 +383,7 @@ class Trainer:
                     self.policy_loss, agg, old_log_prob=old_logprobs[rows], log_prob=logp, advantages=advantages[rows],
                     response_mask=mask[rows], clip_ratio_low=cfg.epsilon,
                     clip_ratio_high=cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon,
-                    clip_ratio_c=cfg.clip_ratio_c)
+                    clip_ratio_c=cfg.clip_ratio_c, **cfg.loss_kwargs)
                 self._check(k, "policy loss", pg_loss)
                 loss = pg_loss
                 if ref_logprobs is not None and not cfg.kl_in_reward:

@@ -287,3 +287,25 @@ def test_the_trainer_does_not_import_the_chapters_and_names_still_resolve():
     from rlcourse.advantages import ESTIMATORS
     with pytest.raises(ValueError, match="unknown advantage estimator 'nope'"):
         ESTIMATORS.get("nope")
+
+
+def test_part_kwargs_reach_the_part_and_misspelt_ones_are_refused(tiny):
+    seen = {}
+
+    @register_policy_loss("test_scaled_vanilla")
+    def scaled(old_log_prob, log_prob, advantages, response_mask, scale: float = 1.0,
+               loss_agg_mode: str = "token-mean", **denominators):
+        seen["scale"] = scale
+        ratio = torch.exp(log_prob - old_log_prob)
+        return agg_loss(-scale * advantages * ratio, response_mask, loss_agg_mode, **denominators), {}
+
+    make(tiny, policy_loss="test_scaled_vanilla", loss_kwargs={"scale": 0.5}).step()
+    assert seen["scale"] == 0.5
+    with pytest.raises(ValueError, match="loss_kwargs.*scael"):
+        make(tiny, policy_loss="vanilla", loss_kwargs={"scael": 0.5})
+    with pytest.raises(ValueError, match="sampler_kwargs.*ratio"):
+        make(tiny, sampler_kwargs={"ratio": 0.5})
+    with pytest.raises(ValueError, match="advantage_kwargs.*epsilon"):
+        make(tiny, advantage_estimator="rloo", advantage_kwargs={"epsilon": 1e-6})
+    with pytest.raises(ValueError, match="given by the loop"):
+        make(tiny, sampler_kwargs={"step": 3})
