@@ -97,3 +97,12 @@ def test_every_chapter_has_its_label_and_every_ref_resolves():
             assert f"({expected})=" in text, f"{stem}.md does not open with the label ({expected})="
         unknown = sorted(set(REF.findall(text)) - labels)
         assert not unknown, f"{stem}.md refers to undefined labels: {unknown}"
+
+
+def test_no_chapter_sends_the_reader_to_a_brief():
+    """The reader has no course brief: chapters cite the paper or the authors' code instead."""
+    for stem in toc_files():
+        path = ROOT / f"{stem}.md"
+        if path.exists():
+            hits = [n for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\bthe brief\b", line, re.I)]
+            assert not hits, f"{stem}.md mentions 'the brief' on lines {hits}"
