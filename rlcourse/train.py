@@ -188,6 +188,36 @@ def needs_values(estimator: Callable) -> bool:
     return "values" in inspect.signature(estimator).parameters
 
 
+def is_peft_model(model) -> bool:
+    """True for a ``peft`` model with adapters (it can switch them off with ``disable_adapter()``)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+class AdapterOffReference:
+    """The reference policy of a LoRA run: the policy's own base weights with the adapter switched off
+    (``peft``'s ``disable_adapter()`` context), so no second copy of the weights exists, as in TRL.
+    Callable like the model; ``eval()`` and ``requires_grad_()`` leave the policy untouched."""
+
+    def __init__(self, model):
+        if not is_peft_model(model):
+            raise ValueError(f"AdapterOffReference needs a peft model with an adapter, not {type(model).__name__}")
+        self.model = model
+
+    def __call__(self, *args, **kwargs):
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)
+
+    @property
+    def config(self):
+        return self.model.config
+
+    def eval(self):
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True):
+        return self
+
+
 class Trainer:
     """The RL loop on a causal LM and a verifiable task.
 
@@ -230,6 +260,8 @@ class Trainer:
         # a frozen reference model only when the KL term is on
         self.ref_model = None
         if cfg.beta > 0:
+            if ref_model is None and is_peft_model(model):  # LoRA: the base with the adapter off
+                ref_model = AdapterOffReference(model)
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
             self.ref_model.requires_grad_(False)
         # a critic only when the estimator reads values
@@ -237,7 +269,9 @@ class Trainer:
         if needs_values(self.estimator) and self.value_model is None:
             self.value_model = ScalarHeadModel.from_policy(model)
         # fused AdamW (one kernel for all parameters), as transformers' Trainer does by default
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0, fused=True)
+        # only trainable parameters (with LoRA: the adapter's; the frozen base has no optimiser state)
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate,
+                                           weight_decay=0.0, fused=True)
         decay = (lambda step: max(0.0, 1.0 - step / max(1, cfg.steps))) if cfg.lr_scheduler == "linear" \
             else (lambda step: 1.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, decay)
@@ -271,7 +305,7 @@ class Trainer:
         # a sampler that already scored its rows with the loop's reward (e.g. S-GRPO's injection) hands
         # the scores over, so the reward the advantages see is the one the sampler acted on
         scores = batch.scores if batch.scores is not None else self.reward_fn(batch, per_row, self.task, self.state)
-        scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
+        scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1).to(batch.response_mask.device)
         if scores.shape[0] != len(batch):
             raise ValueError(f"step {k}: the reward returned {scores.shape[0]} scores for {len(batch)} rows")
         self._check(k, "rewards", scores)
@@ -506,7 +540,10 @@ class Trainer:
         tmp = self.output_dir / f".tmp-checkpoint-{self.step_count:06d}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        save_model(self.model, str(tmp / "model.safetensors"))
+        if is_peft_model(self.model):  # LoRA: the adapter alone (a peft adapter folder), not the frozen base
+            self.model.save_pretrained(str(tmp / "adapter"))
+        else:
+            save_model(self.model, str(tmp / "model.safetensors"))
         if self.value_model is not None:
             save_model(self.value_model, str(tmp / "value_model.safetensors"))
         torch.save({
@@ -537,7 +574,10 @@ class Trainer:
         path = Path(path)
         if not (path / "trainer_state.pt").exists():
             raise FileNotFoundError(f"{path} is not a complete checkpoint (no trainer_state.pt)")
-        load_model(self.model, str(path / "model.safetensors"))
+        if (path / "adapter").exists():
+            load_adapter_weights(self.model, path / "adapter")
+        else:
+            load_model(self.model, str(path / "model.safetensors"))
         if self.value_model is not None:
             load_model(self.value_model, str(path / "value_model.safetensors"))
         st = torch.load(path / "trainer_state.pt", weights_only=False)
@@ -553,6 +593,22 @@ class Trainer:
         if self.output_dir is not None:  # rewrite the logs so they end at the checkpoint
             (self.output_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in self.history))
             write_csv(self.history, self.output_dir / "metrics.csv")
+
+
+def load_adapter_weights(model, folder: str | Path) -> None:
+    """Load the adapter that ``model.save_pretrained(folder)`` wrote back into the peft ``model``
+    (exact: the same tensors); an adapter key the model lacks, or one of the model's adapter weights
+    missing from the file, is a ValueError."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    if not is_peft_model(model):
+        raise ValueError(f"{folder} holds a LoRA adapter, but the model ({type(model).__name__}) has none")
+    result = set_peft_model_state_dict(model, load_file(str(Path(folder) / "adapter_model.safetensors")))
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if result.unexpected_keys or missing:
+        raise ValueError(f"adapter in {folder} does not fit the model: unexpected {result.unexpected_keys[:5]}, "
+                         f"missing {missing[:5]}")
 
 
 def _agg_only(agg: dict) -> dict:

@@ -1,0 +1,240 @@
+"""Capstone 1: GRPO with LoRA on a real Hugging Face model, in three profiles.
+
+==========  ===================================================================================
+smoke       a tiny random Qwen2 (written with ``save_pretrained``, read with ``from_pretrained``),
+            a few steps: proves the code path runs
+book        a small Qwen2 pre-trained from scratch by the lab on the task (SFT, cached), then GRPO
+            with LoRA on 2 CPU cores in a few minutes
+full        any model name or local path (default ``Qwen/Qwen2.5-0.5B-Instruct``) on a GPU, bf16,
+            gradient checkpointing
+==========  ===================================================================================
+
+Environment overrides for the full profile: ``RLCOURSE_CAPSTONE_MODEL`` (a hub name or a local
+folder), ``RLCOURSE_GSM8K_JSONL`` (a GSM8K-format JSONL file to train and evaluate on instead of
+reasoning-gym's ``gsm_symbolic``), ``RLCOURSE_CAPSTONE_DEVICE``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..metrics import pass_at_k
+from ..profiles import Profile, cache_dir, profile as current_profile
+from ..tasks import Example, Task
+from ..train import RLConfig, Trainer
+from .math_tasks import ChatTask, JsonlMathTask, ReasoningGymMath
+from .models import add_lora, build_tiny_qwen2, char_chat_tokenizer, load_causal_lm, save_tiny_qwen2
+
+BOXED_INSTRUCTION = " Think step by step, then give the final answer as \\boxed{<number>}."
+
+
+@dataclass
+class CapstoneConfig:
+    """Everything one capstone run depends on.
+
+    ====================== =====================================================================
+    model                  ``"tiny"`` (the lab's Qwen2, built from the ``tiny_*`` sizes) or a hub
+                           name / local folder for ``from_pretrained``
+    task, task_config      a reasoning-gym dataset name and its configuration
+    jsonl_path             a GSM8K-format JSONL file; when set it replaces the reasoning-gym task
+    instruction            appended to each question in the user turn
+    tiny_*                 the tiny model's sizes (hidden, MLP, layers, heads, key/value heads)
+    pretrain_*             the lab's SFT of the tiny model on the task (0 steps: random weights)
+    lora_*                 rank, alpha and target modules of the adapter
+    rl                     keywords of :class:`~rlcourse.train.RLConfig` (the loop's parts by name)
+    eval_prompts           held-out prompts for the before/after evaluation
+    eval_samples, ks       samples per prompt ``n`` and the ``k`` of pass@k (each ``k <= n``)
+    dtype, device          e.g. ``"bfloat16"``, ``"cuda"``; gradient_checkpointing on or off
+    ====================== =====================================================================
+    """
+
+    model: str = "tiny"
+    task: str = "basic_arithmetic"
+    task_config: dict = field(default_factory=dict)
+    jsonl_path: str | None = None
+    instruction: str = ""
+    tiny_hidden: int = 64
+    tiny_intermediate: int = 128
+    tiny_layers: int = 2
+    tiny_heads: int = 4
+    tiny_kv_heads: int = 2
+    tiny_max_positions: int = 96
+    pretrain_steps: int = 0
+    pretrain_batch: int = 64
+    pretrain_lr: float = 1e-3
+    pretrain_target: float | None = None
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_targets: tuple = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    rl: dict = field(default_factory=dict)
+    eval_prompts: int = 16
+    eval_samples: int = 4
+    ks: tuple = (1, 4)
+    dtype: str | None = None
+    device: str | None = None
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self):
+        if any(not 1 <= k <= self.eval_samples for k in self.ks):
+            raise ValueError(f"every k of pass@k must be in [1, eval_samples={self.eval_samples}], got {self.ks}")
+        unknown = set(self.rl) - set(RLConfig.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"rl keys {sorted(unknown)} are not fields of RLConfig")
+
+
+def capstone_config(prof: Profile | str | None = None, **overrides) -> CapstoneConfig:
+    """The capstone's configuration for a profile (``overrides`` replace fields)."""
+    prof = current_profile(prof) if not isinstance(prof, Profile) else prof
+    arithmetic = dict(min_terms=2, max_terms=2, min_digits=1, max_digits=2, operators=("+", "-"),
+                      allow_parentheses=False, allow_negation=False)
+    if prof.name == "smoke":
+        cfg = CapstoneConfig(
+            task_config=arithmetic, tiny_hidden=32, tiny_intermediate=64, tiny_layers=1, tiny_heads=2,
+            tiny_kv_heads=1, pretrain_steps=0, lora_r=4, lora_alpha=8, eval_prompts=8, eval_samples=4, ks=(1, 4),
+            rl=dict(steps=3, prompts_per_step=4, num_generations=4, max_completion_length=6, learning_rate=1e-3,
+                    beta=0.02, train_pool_size=64, save_every=2))
+    elif prof.name == "book":
+        cfg = CapstoneConfig(
+            task_config=arithmetic, tiny_hidden=128, tiny_intermediate=384, tiny_layers=4, tiny_heads=4,
+            tiny_kv_heads=2, pretrain_steps=1500, pretrain_batch=64, pretrain_lr=2e-3, pretrain_target=0.3,
+            lora_r=16, lora_alpha=32, eval_prompts=128, eval_samples=8, ks=(1, 8),
+            rl=dict(steps=60, prompts_per_step=16, num_generations=8, max_completion_length=5, learning_rate=2e-3,
+                    beta=0.02, train_pool_size=2000, save_every=20))
+    else:
+        jsonl = os.environ.get("RLCOURSE_GSM8K_JSONL")
+        cfg = CapstoneConfig(
+            model=os.environ.get("RLCOURSE_CAPSTONE_MODEL", "Qwen/Qwen2.5-0.5B-Instruct"), task="gsm_symbolic",
+            jsonl_path=jsonl, instruction=BOXED_INSTRUCTION, lora_r=16, lora_alpha=32, eval_prompts=256,
+            eval_samples=8, ks=(1, 8), dtype="bfloat16",
+            device=os.environ.get("RLCOURSE_CAPSTONE_DEVICE", "cuda" if torch.cuda.is_available() else "cpu"),
+            gradient_checkpointing=True,
+            rl=dict(steps=200, prompts_per_step=16, num_generations=8, max_completion_length=384, learning_rate=5e-5,
+                    beta=0.04, micro_batch_size=16, temperature=1.0, save_every=50, eval_every=0,
+                    train_pool_size=4000))
+    return replace(cfg, **overrides)
+
+
+def base_task(cfg: CapstoneConfig) -> Task:
+    """The raw task (before the chat template): GSM8K-format JSONL if given, else reasoning-gym."""
+    if cfg.jsonl_path:
+        return JsonlMathTask(cfg.jsonl_path)
+    return ReasoningGymMath(cfg.task, **cfg.task_config)
+
+
+def _recipe_path(cfg: CapstoneConfig, task: Task) -> Path:
+    keys = [k for k in asdict(cfg) if k.startswith(("tiny_", "pretrain_"))]
+    recipe = {"version": 1, "task": task.name, **{k: getattr(cfg, k) for k in keys}}
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return cache_dir() / "capstone" / f"qwen2-{cfg.tiny_hidden}x{cfg.tiny_layers}-{digest}"
+
+
+def prepare_base_model(cfg: CapstoneConfig, progress: bool = True):
+    """``(model, tokenizer, task, info)``: the base model, its tokenizer, the chat-formatted task, and
+    what was built. For ``model="tiny"`` the lab builds a Qwen2 from a config, pre-trains it on the
+    task when ``pretrain_steps > 0`` (SFT, :func:`rlcourse.lm.zoo.pretrain`), writes it with
+    ``save_pretrained`` to a cache folder named by its recipe, and loads it back with
+    ``from_pretrained``; any other name goes straight to :func:`load_causal_lm`."""
+    raw = base_task(cfg)
+    info: dict = {}
+    if cfg.model == "tiny":
+        path = _recipe_path(cfg, raw)
+        if not (path / "config.json").exists():
+            from ..lm.zoo import pretrain
+
+            tokenizer = char_chat_tokenizer()
+            model = build_tiny_qwen2(tokenizer, cfg.tiny_hidden, cfg.tiny_intermediate, cfg.tiny_layers,
+                                     cfg.tiny_heads, cfg.tiny_kv_heads, cfg.tiny_max_positions)
+            if cfg.pretrain_steps > 0:
+                result = pretrain(model, tokenizer, ChatTask(raw, tokenizer, instruction=cfg.instruction),
+                                  max_steps=cfg.pretrain_steps, batch_size=cfg.pretrain_batch, lr=cfg.pretrain_lr,
+                                  target_accuracy=cfg.pretrain_target, eval_every=50, eval_prompts=128,
+                                  progress=progress)
+                model.config.rlcourse_pretrain = {"steps": result.steps, "accuracy": result.accuracy,
+                                                  "seconds": result.seconds, "history": result.history}
+            tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
+            save_tiny_qwen2(tmp, model, tokenizer)
+            try:
+                tmp.rename(path)
+            except OSError:  # another process wrote it first
+                shutil.rmtree(tmp, ignore_errors=True)
+        name = path
+        info["path"] = str(path)
+    else:
+        name = cfg.model
+    dtype = getattr(torch, cfg.dtype) if cfg.dtype else None
+    model, tokenizer = load_causal_lm(name, dtype=dtype, device=cfg.device,
+                                      gradient_checkpointing=cfg.gradient_checkpointing)
+    info["pretrain"] = getattr(model.config, "rlcourse_pretrain", None)
+    info["parameters"] = sum(p.numel() for p in model.parameters())
+    task = ChatTask(raw, tokenizer, instruction=cfg.instruction)
+    return model, tokenizer, task, info
+
+
+@torch.no_grad()
+def evaluate_pass_at_k(model, tokenizer, task: Task, examples: Sequence[Example], n: int, ks: Sequence[int],
+                       max_new_tokens: int, temperature: float = 1.0, seed: int = 0, prompts_per_batch: int = 32,
+                       progress: bool = False) -> dict:
+    """pass@k on held-out ``examples`` with the unbiased estimator (:func:`rlcourse.metrics.pass_at_k`):
+    ``n`` samples per prompt at ``temperature``, ``c`` of them correct, pass@k averaged over prompts.
+    Also the greedy accuracy. Returns ``{"pass@<k>": ..., "greedy": ..., "correct": (N,) counts}``."""
+    from tqdm import tqdm
+
+    from ..lm.sampling import sample
+
+    if any(not 1 <= k <= n for k in ks):
+        raise ValueError(f"every k must be in [1, n={n}], got {list(ks)}")
+    examples = list(examples)
+    if not examples:
+        raise ValueError("evaluate_pass_at_k needs at least one example")
+    gen = torch.Generator().manual_seed(seed)
+    correct, greedy = [], []
+    for i in tqdm(range(0, len(examples), prompts_per_batch), desc="eval", disable=not progress):
+        chunk = examples[i:i + prompts_per_batch]
+        prompts = [e.prompt for e in chunk]
+        batch = sample(model, tokenizer, prompts, num_generations=n, max_new_tokens=max_new_tokens,
+                       temperature=temperature, generator=gen)
+        rewards = task.rewards(batch.texts, [e for e in chunk for _ in range(n)]).reshape(len(chunk), n)
+        correct += (rewards >= 1.0).sum(1).tolist()
+        g = sample(model, tokenizer, prompts, temperature=0.0, max_new_tokens=max_new_tokens)
+        greedy += task.rewards(g.texts, chunk).tolist()
+    out = {f"pass@{k}": float(np.mean([pass_at_k(n, int(c), k) for c in correct])) for k in ks}
+    out["greedy"] = float(np.mean(greedy))
+    out["correct"] = correct
+    return out
+
+
+def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | None = None, resume: bool = False,
+                  seed: int = 0, progress: bool = True) -> dict:
+    """Evaluate the base model, train a LoRA adapter with GRPO (the book's :class:`~rlcourse.train.Trainer`,
+    parts by name in ``cfg.rl``), evaluate again. The reference policy of the KL term is the same
+    base with the adapter switched off (no second copy). With ``output_dir``, checkpoints (the adapter,
+    the optimiser, the RNG states) go there every ``rl["save_every"]`` steps and ``resume=True``
+    continues from the last one exactly.
+
+    Returns ``before`` and ``after`` (:func:`evaluate_pass_at_k`), ``history`` (per-step metrics),
+    ``info`` (model size, trainable parameters), ``seconds``, and the ``trainer``."""
+    cfg = cfg or capstone_config()
+    start = time.perf_counter()
+    model, tokenizer, task, info = prepare_base_model(cfg, progress=progress)
+    rl = RLConfig(**{"seed": seed, "progress": progress, **cfg.rl,
+                     **({"output_dir": str(output_dir)} if output_dir is not None else {})})
+    eval_examples = task.examples(cfg.eval_prompts, seed=seed, split="test")
+    evaluate = lambda m: evaluate_pass_at_k(m, tokenizer, task, eval_examples, cfg.eval_samples, cfg.ks,  # noqa: E731
+                                            rl.max_completion_length, rl.temperature, seed=seed + 1, progress=progress)
+    before = evaluate(model)
+    policy = add_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.lora_targets, seed=seed)
+    info["trainable"] = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    trainer = Trainer(policy, tokenizer, task, rl, eval_examples=eval_examples, resume=resume)
+    trainer.train()
+    after = evaluate(policy)
+    return {"before": before, "after": after, "history": trainer.history, "info": info, "trainer": trainer,
+            "config": cfg, "seconds": time.perf_counter() - start}

@@ -1,0 +1,240 @@
+"""Capstone 1 (GRPO with LoRA on a real Hugging Face model): loading, LoRA, tasks, evaluation, resume."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("peft")
+pytest.importorskip("math_verify")
+
+from rlcourse.capstone import (ChatTask, JsonlMathTask, ReasoningGymMath, add_lora, build_tiny_qwen2,  # noqa: E402
+                               capstone_config, char_chat_tokenizer, evaluate_pass_at_k, gsm8k_final_answer,
+                               load_causal_lm, math_verify_score, run_grpo_lora, save_tiny_qwen2)
+from rlcourse.metrics import pass_at_k  # noqa: E402
+from rlcourse.profiles import one_torch_thread  # noqa: E402
+from rlcourse.tasks import Example, Task  # noqa: E402
+from rlcourse.train import AdapterOffReference, RLConfig, Trainer  # noqa: E402
+
+ARITH = dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+", "-"), allow_parentheses=False,
+             allow_negation=False)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_torch_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    tok = char_chat_tokenizer()
+    model = build_tiny_qwen2(tok, hidden=32, intermediate=64, layers=1, heads=2, kv_heads=1, max_positions=512)
+    return save_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), model, tok)
+
+
+def test_tiny_qwen2_round_trips_through_from_pretrained(tiny_path):
+    model, tok = load_causal_lm(tiny_path)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert tok.padding_side == "left" and tok.pad_token_id is not None
+    assert tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False,
+                                   add_generation_prompt=True) == "Q: 1+1?\nA: "
+    again, _ = load_causal_lm(tiny_path)
+    for (name, p), q in zip(model.named_parameters(), again.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_unknown_model_offline_says_it_needs_a_download(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="download.*local path"):
+        load_causal_lm("no-such-org/no-such-model-xyz")
+    with pytest.raises(ValueError, match="local path"):
+        load_causal_lm(tmp_path / "missing")
+
+
+def test_lora_trains_only_the_adapter_and_starts_at_the_base(tiny_path):
+    model, tok = load_causal_lm(tiny_path)
+    with pytest.raises(ValueError, match=r"not linear layers.*it has \[.*q_proj"):
+        add_lora(model, target_modules=("q_proj", "qkv_fused"))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    base_logits = model(input_ids=ids).logits
+    policy = add_lora(model, r=4, alpha=8, target_modules=("q_proj", "v_proj"))
+    trainable = [n for n, p in policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert torch.allclose(policy(input_ids=ids).logits, base_logits)  # B = 0 at initialisation
+
+
+class _ParityChat(ChatTask):
+    """Reward 1 when the completion starts with an even character code: about half of a random
+    model's samples, so groups have reward variance and the adapter learns from step 1."""
+
+    def score(self, completion, example):
+        from rlcourse.tasks import Score
+        return Score(float(bool(completion) and ord(completion[0]) % 2 == 0), "parity")
+
+
+def _trainer(tiny_path, tmp_path=None, resume=False, steps=4, **rl):
+    model, tok = load_causal_lm(tiny_path)
+    policy = add_lora(model, r=4, alpha=8, target_modules=("q_proj", "v_proj", "down_proj"))
+    task = _ParityChat(ReasoningGymMath("basic_arithmetic", **ARITH), tok)  # a random model earns reward
+    cfg = RLConfig(steps=steps, prompts_per_step=3, num_generations=4, max_completion_length=4, learning_rate=5e-2,
+                   beta=0.1, train_pool_size=32, eval_prompts=4, progress=False, seed=3,
+                   output_dir=str(tmp_path) if tmp_path else None, save_every=2 if tmp_path else 0, **rl)
+    return Trainer(policy, tok, task, cfg, resume=resume)
+
+
+def _adapter(trainer):
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def test_reference_is_the_base_with_the_adapter_off(tiny_path):
+    trainer = _trainer(tiny_path)
+    assert isinstance(trainer.ref_model, AdapterOffReference) and trainer.ref_model.model is trainer.model
+    # the optimiser holds the adapter's parameters only
+    in_opt = {id(p) for g in trainer.optimizer.param_groups for p in g["params"]}
+    assert in_opt == {id(p) for p in trainer.model.parameters() if p.requires_grad}
+    base_before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    trainer.train(2)
+    for n, p in trainer.model.named_parameters():
+        if not p.requires_grad:
+            assert torch.equal(p, base_before[n]), f"frozen {n} changed"
+    assert any(h["kl"] != 0 for h in trainer.history)  # the adapter moved the policy away from the base
+    # the reference equals the base model: adapter-off log-probs equal those of a fresh base copy
+    base, _ = load_causal_lm(tiny_path)
+    ids = torch.tensor([[40, 41, 42, 43, 44]])
+    ref = trainer.ref_model(input_ids=ids).logits
+    assert torch.allclose(ref, base(input_ids=ids).logits, atol=1e-6)
+    assert not torch.allclose(trainer.model(input_ids=ids).logits, ref, atol=1e-6)
+
+
+def test_resume_continues_the_adapter_exactly(tiny_path, tmp_path):
+    straight = _trainer(tiny_path, tmp_path / "a")
+    straight.train(4)
+    first = _trainer(tiny_path, tmp_path / "b")
+    first.train(2)
+    assert (tmp_path / "b" / "checkpoint-000002" / "adapter" / "adapter_model.safetensors").exists()
+    assert not (tmp_path / "b" / "checkpoint-000002" / "model.safetensors").exists()  # no copy of the base
+    resumed = _trainer(tiny_path, tmp_path / "b", resume=True)
+    assert resumed.step_count == 2
+    resumed.train(4)
+    a, b = _adapter(straight), _adapter(resumed)
+    assert a.keys() == b.keys()
+    for n in a:
+        assert torch.equal(a[n], b[n]), n
+    assert [h["reward"] for h in straight.history] == [h["reward"] for h in resumed.history]
+
+
+def test_math_verify_score():
+    assert math_verify_score("so the answer is \\boxed{288}", "288").reward == 1.0
+    assert math_verify_score("-4", "-4").reward == 1.0
+    assert math_verify_score("1/2", "0.5").reward == 1.0
+    assert math_verify_score("28", "288").reward == 0.0
+    s = math_verify_score("no idea", "288")
+    assert s.reward == 0.0 and "malformed" in s.reason
+
+
+def test_reasoning_gym_math_works_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, config in [("basic_arithmetic", ARITH), ("gsm_symbolic", {})]:
+        task = ReasoningGymMath(name, **config)
+        train, test = task.examples(6, seed=0), task.examples(3, seed=0, split="test")
+        assert not {e.prompt for e in train} & {e.prompt for e in test}
+        assert all(task.score(e.answer, e).reward == 1.0 for e in train)
+        assert task.score("\\boxed{" + train[0].answer + "}", train[0]).reward == 1.0
+    assert "max_digits=1" in ReasoningGymMath("basic_arithmetic", **ARITH).name
+    with pytest.raises(ValueError, match="checker"):
+        ReasoningGymMath("basic_arithmetic", checker="regex")
+
+
+def test_gsm8k_jsonl_through_datasets(tmp_path):
+    rows = [{"question": f"Tom has {i} apples and buys {i + 2} more. How many?",
+             "answer": f"He has {i} + {i + 2} = {2 * i + 2} apples.\n#### {2 * i + 2:,}"} for i in range(600, 640)]
+    path = tmp_path / "gsm.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = JsonlMathTask(path)
+    train, test = task.rows("train"), task.rows("test")
+    assert len(train) + len(test) == 40 and not {e.prompt for e in train} & {e.prompt for e in test}
+    ex = task.examples(5, seed=1)[0]
+    assert "," not in ex.answer and ex.solution.endswith(f"\\boxed{{{ex.answer}}}.")
+    assert task.score(ex.solution, ex).reward == 1.0
+    assert task.score("The answer is 7.", ex).reward == 0.0
+    assert task.examples(3, seed=1, split="test") == task.examples(3, seed=1, split="test")
+    with pytest.raises(ValueError, match="distinct"):
+        task.examples(len(test) + 1, split="test")
+    split = JsonlMathTask(path, test_path=path)
+    assert len(split.rows("test")) == 40
+    assert gsm8k_final_answer("x\n#### 1,234") == "1234"
+    with pytest.raises(ValueError, match="####"):
+        gsm8k_final_answer("no marker")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "x", "answer": "#### 1"}) + "\n")
+    with pytest.raises(ValueError, match="question"):
+        JsonlMathTask(bad).rows("train")
+    with pytest.raises(FileNotFoundError):
+        JsonlMathTask(tmp_path / "none.jsonl")
+
+
+def test_chat_task_renders_and_scores_like_the_inner_task():
+    tok = char_chat_tokenizer()
+    inner = ReasoningGymMath("basic_arithmetic", **ARITH)
+    task = ChatTask(inner, tok, instruction=" Answer:")
+    ex = task.examples(2)[0]
+    assert ex.prompt == f"Q: {ex.meta['question']} Answer:\nA: "
+    assert task.score(ex.answer, ex).reward == 1.0
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="chat template"):
+        ChatTask(inner, tok)
+
+
+class _Coin(Task):
+    """Correct when the completion starts with an even character code (a fixed fraction per prompt)."""
+    name = "coin"
+
+    def score(self, completion, example):
+        from rlcourse.tasks import Score
+        return Score(float(bool(completion) and ord(completion[0]) % 2 == 0), "")
+
+
+def test_pass_at_k_evaluation_uses_the_unbiased_estimator(tiny_path):
+    model, tok = load_causal_lm(tiny_path)
+    examples = [Example(prompt=f"Q: {i}\nA: ", answer="0", solution="0") for i in range(5)]
+    out = evaluate_pass_at_k(model, tok, _Coin(), examples, n=6, ks=(1, 3, 6), max_new_tokens=3, seed=0)
+    assert len(out["correct"]) == 5
+    for k in (1, 3, 6):
+        assert out[f"pass@{k}"] == pytest.approx(np.mean([pass_at_k(6, c, k) for c in out["correct"]]))
+    assert out["pass@1"] <= out["pass@3"] <= out["pass@6"]
+    with pytest.raises(ValueError, match="k must be"):
+        evaluate_pass_at_k(model, tok, _Coin(), examples, n=2, ks=(4,), max_new_tokens=3)
+
+
+def test_capstone_config_checks_its_keys():
+    with pytest.raises(ValueError, match="not fields of RLConfig"):
+        capstone_config("smoke", rl={"stepz": 3})
+    with pytest.raises(ValueError, match="pass@k"):
+        capstone_config("smoke", eval_samples=2, ks=(1, 4))
+    full = capstone_config("full")
+    assert full.model == os.environ.get("RLCOURSE_CAPSTONE_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert full.dtype == "bfloat16" and full.gradient_checkpointing
+
+
+def test_smoke_profile_runs_end_to_end(tmp_path):
+    result = run_grpo_lora(capstone_config("smoke"), output_dir=tmp_path, progress=False)
+    assert len(result["history"]) == 3 and {"pass@1", "pass@4", "greedy"} <= set(result["after"])
+    assert result["info"]["trainable"] < result["info"]["parameters"]
+    assert (tmp_path / "checkpoint-000002" / "adapter").exists()
+
+
+def test_full_profile_code_path_on_cpu_with_a_tiny_model(tiny_path, tmp_path):
+    """The full profile (bf16, gradient checkpointing, an instruct-style model by path, gsm_symbolic with
+    a \\boxed{} instruction, micro-batches) on a tiny model: the GPU run's code path, not its scale."""
+    cfg = capstone_config("full", model=str(tiny_path), device="cpu", eval_prompts=2, eval_samples=2, ks=(1, 2),
+                          rl=dict(steps=2, prompts_per_step=2, num_generations=2, max_completion_length=8,
+                                  learning_rate=1e-3, beta=0.04, micro_batch_size=2, train_pool_size=8, save_every=1))
+    result = run_grpo_lora(cfg, output_dir=tmp_path, progress=False)
+    policy = result["trainer"].model
+    assert next(p for n, p in policy.named_parameters() if not p.requires_grad).dtype == torch.bfloat16
+    inner = policy.base_model.model
+    assert getattr(inner, "is_activation_checkpointing", None) or inner.is_gradient_checkpointing
+    assert "\\boxed{<number>}" in result["trainer"].eval_examples[0].prompt
+    assert len(result["history"]) == 2 and np.isfinite(result["history"][-1]["loss"])
