@@ -286,7 +286,7 @@ def length_bias_claim():
         key="advantages/grpo-loss-lengthens-wrong-answers", paper=_PAPERS["dr_grpo"],
         statement="GRPO's optimisation bias artificially increases response length, especially for incorrect "
                   "outputs, during training",
-        source="abstract, arXiv:2503.20783 (paraphrased from memory; not in the book's abstract files)",
+        source="abstract, arXiv:2503.20783, paraphrase of the abstract; not a quotation",
         setting="tiny Llama on countdown ('weak' base), GRPO advantages, loss_type 'grpo' (seq-mean-token-mean) "
                 "vs 'dapo' (token-mean), same seeds and prompts; the sizes are those of length_bias_config",
         metric="mean length (tokens) of the wrong answers over the last quarter of the steps, per seed",

@@ -10,10 +10,11 @@ group* (a user type) and normalises each reward against its own group's history:
 
     A_i = (r_i - mu_{g(i)}) / (sigma_{g(i)} + eps)
 
-The statistics, their update rule and the order of update and normalisation are a reconstruction
-from the paper's abstract (the course's brief marks them so); here they are Welford's running mean
-and variance (or an exponential moving average), kept in the trainer's ``state`` dict so that they
-survive checkpoints.
+The statistics, their update rule and the order of update and normalisation are a reconstruction:
+the paper's abstract (arXiv:2603.10009) states the idea, normalising "against preference-group-specific
+reward histories rather than the concurrent generation group", not these equations (the chapter's
+"Reconstruction" box lists our choices). Here they are Welford's running mean and variance (or an
+exponential moving average), kept in the trainer's ``state`` dict so that they survive checkpoints.
 
 Registered parts
 ================ ========================= ===================================================

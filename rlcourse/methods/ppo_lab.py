@@ -122,9 +122,10 @@ def ppo_claims() -> dict:
             kind="less", margin=0.0, unit="{:.4f}"),
         "reuse": Claim(
             key="ppo/reuse-beats-one-pass", paper=_PPO,
-            statement="'a novel objective function that enables multiple epochs of minibatch updates' (tested here as: "
-                      "four passes per batch beat one pass at the same number of sampled batches)",
-            source="abstract (arXiv:1707.06347), quoted from memory", setting=_SETTING,
+            statement="the paper's new objective function makes several epochs of minibatch updates on one batch "
+                      "possible (tested here as: four passes per batch beat one pass at the same number of "
+                      "sampled batches)",
+            source="abstract (arXiv:1707.06347), paraphrase of the abstract; not a quotation", setting=_SETTING,
             metric="final greedy accuracy on 256 held-out prompts, per seed", method="clip 0.2, 4 passes",
             baseline="clip 0.2, 1 pass", kind="greater", margin=0.0),
         "clip-vs-none": Claim(
