@@ -29,6 +29,7 @@ p-value of the paired differences and the number of seeds; chapters show both.
 """
 from __future__ import annotations
 
+import glob
 import itertools
 import json
 import math
@@ -330,11 +331,33 @@ def ledger_dir() -> Path:
     return path
 
 
-def record(verdict: Verdict, directory: str | Path | None = None) -> Path:
-    """Write ``verdict`` to the ledger as ``<key with / as __>.json`` (atomically) and return the path."""
+_CLEARED: set[tuple[str, str]] = set()  # (ledger folder, chapter) pairs this process has started afresh
+
+
+def ledger_file(key: str) -> str:
+    """The ledger's file name for a claim key: ``<chapter>__<name>.json``."""
+    return key.replace("/", "__") + ".json"
+
+
+def record(verdict: Verdict, directory: str | Path | None = None, *, replace_chapter: bool = True) -> Path:
+    """Write ``verdict`` to the ledger as ``<key with / as __>.json`` (atomically) and return the path.
+
+    With ``replace_chapter`` (the default), the first verdict this process records for a chapter in
+    ``directory`` first deletes that chapter's older files there (``<chapter>__*.json``). A chapter
+    runs in a kernel of its own, so the ledger then holds exactly what the chapter's latest run
+    recorded: a claim it no longer tests, or one whose key changed, leaves no stale row. (Keys name
+    their chapter, ``<chapter>/<name>``, and a chapter records only its own keys; the smoke chapter
+    test checks both.)
+    """
     folder = Path(directory) if directory is not None else ledger_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (verdict.claim.key.replace("/", "__") + ".json")
+    chapter = verdict.claim.chapter
+    token = (str(folder.resolve()), chapter)
+    if replace_chapter and token not in _CLEARED:
+        for old in folder.glob(glob.escape(chapter) + "__*.json"):
+            old.unlink(missing_ok=True)
+        _CLEARED.add(token)
+    path = folder / ledger_file(verdict.claim.key)
     data = verdict.to_dict()
     data["recorded_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     tmp = path.with_suffix(f".tmp{os.getpid()}")

@@ -1,5 +1,8 @@
 """rlcourse.claims: decision rules, intervals, the exact test, and the ledger round trip."""
+import ast
 import itertools
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,3 +95,98 @@ def test_ledger_round_trip(tmp_path):
     assert Verdict.from_dict(rows[0]).sentence() == v.sentence()
     table = ledger_markdown(rows)
     assert "demo" in table and f"**{v.verdict}**" in table and table.count("\n") == 2
+
+
+def test_record_replaces_the_chapters_older_rows(tmp_path):
+    v = lambda key: evaluate(claim(key=key), [1.0, 1.2, 1.1], [0.5, 0.4, 0.6])  # noqa: E731
+    # what earlier runs left: a claim of 'demo' that its next run no longer tests, and other chapters' rows
+    for key in ("demo/renamed-since", "other/x", "demo_more/y"):
+        record(v(key), tmp_path, replace_chapter=False)
+    record(v("demo/new"), tmp_path)  # the chapter's next run: its first record starts the chapter afresh
+    record(v("demo/second"), tmp_path)  # ... and its later records of the same run keep what it wrote
+    keys = [r["claim"]["key"] for r in read_ledger(tmp_path)]
+    assert keys == ["demo/new", "demo/second", "demo_more/y", "other/x"]
+    assert ledger_markdown(read_ledger(tmp_path)).count("\n") == 1 + len(keys)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _claim_calls(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (isinstance(f, ast.Name) and f.id == "Claim") or (isinstance(f, ast.Attribute) and f.attr == "Claim"):
+                yield node
+
+
+def test_every_claim_key_in_the_package_is_unique_and_names_its_chapter():
+    """Static: every ``Claim(...)`` in rlcourse/ gives its key as a string (or an f-string whose chapter
+    part is literal), no two keys can be equal, and the chapter part is a chapter of the book."""
+    literal, templates = {}, {}
+    for path in sorted((ROOT / "rlcourse").rglob("*.py")):
+        for node in _claim_calls(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            key = next((k.value for k in node.keywords if k.arg == "key"), None)
+            if key is None:
+                # Verdict.from_dict rebuilds a recorded claim from its fields
+                assert path.name == "claims.py" and any(k.arg is None for k in node.keywords), where
+                continue
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                assert key.value not in literal, f"claim key {key.value!r} at {where} and {literal[key.value]}"
+                literal[key.value] = where
+                continue
+            assert isinstance(key, ast.JoinedStr), f"{where}: the claim key must be a string or an f-string"
+            pattern = "".join(re.escape(p.value) if isinstance(p, ast.Constant) else "(.+)" for p in key.values)
+            assert pattern not in templates, f"claim key pattern {pattern!r} at {where} and {templates[pattern]}"
+            first = key.values[0]
+            assert isinstance(first, ast.Constant) and "/" in first.value, f"{where}: the chapter part must be literal"
+            templates[pattern] = where
+    assert len(literal) + len(templates) >= 60  # the scan sees the package's claims
+    for pattern, where in templates.items():
+        clash = [k for k in literal if re.fullmatch(pattern, k)]
+        assert not clash, f"the key pattern at {where} can equal {clash}"
+    chapters = {p.stem for p in (ROOT / "book").glob("*.md")}
+    prefixes = {k.split("/")[0]: w for k, w in literal.items()}
+    prefixes.update({p.split("/")[0].replace("\\", ""): w for p, w in templates.items()})
+    unknown = {p: w for p, w in prefixes.items() if p not in chapters}
+    assert not unknown, f"claim keys whose chapter part is no chapter of the book: {unknown}"
+
+
+def _code_cells(path: Path) -> list[ast.Module]:
+    import jupytext
+
+    cells = []
+    for cell in jupytext.read(path).cells:
+        if cell.cell_type == "code":
+            src = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            cells.append(ast.parse(src, f"{path.name} cell"))
+    return cells
+
+
+def _called_names(tree: ast.AST) -> list[tuple[str, ast.Call]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            out.append((name, node))
+    return out
+
+
+def test_every_chapter_that_decides_a_claim_records_it():
+    """Static: a chapter that computes a verdict (``evaluate``, ``*_verdict(s)``, ``.sentence()``) glues
+    it with ``glue_verdict``, and never with ``record_it`` off, so the reproduction page sees it."""
+    deciding = []
+    for path in sorted((ROOT / "book").glob("*.md")):
+        calls = [c for tree in _code_cells(path) for c in _called_names(tree)]
+        decides = any(n == "evaluate" or n.endswith(("_verdict", "_verdicts")) or n == "sentence" for n, _ in calls)
+        glued = [node for n, node in calls if n == "glue_verdict"]
+        for node in glued:
+            for k in node.keywords:
+                assert k.arg != "record_it" or (isinstance(k.value, ast.Constant) and k.value.value is True), \
+                    f"{path.name}:{node.lineno}: glue_verdict(..., record_it=...) keeps a verdict off the ledger"
+        if decides:
+            deciding.append(path.stem)
+            assert glued, f"{path.name} computes verdicts but never calls glue_verdict"
+    assert len(deciding) >= 15, deciding  # the scan sees the chapters' code
