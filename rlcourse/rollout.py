@@ -20,11 +20,17 @@ step         the step number (1-based)
 A sampler that scores its own rows with ``reward`` (to act on them) puts the scores in
 ``batch.scores``; the trainer then uses them instead of scoring again. Per-token quantities a later
 part needs go in ``batch.extras`` (see :class:`~rlcourse.lm.sampling.RolloutBatch`). The default,
-``"policy"``, samples ``num_generations`` responses per prompt from the current policy.
+``"policy"``, samples ``num_generations`` responses per prompt from the current policy;
+``"policy_per_prompt"`` does the same with a generator per prompt, so that the samples do not depend
+on how the prompts are split across processes.
 """
 from __future__ import annotations
 
-from .lm.sampling import RolloutBatch, sample
+import hashlib
+
+import torch
+
+from .lm.sampling import RolloutBatch, cat_batches, sample
 from .registry import Registry
 
 SAMPLERS: Registry = Registry("sampler")
@@ -38,3 +44,24 @@ def policy_sampler(model, tokenizer, prompts, config, generator, state) -> Rollo
     return sample(model, tokenizer, prompts, num_generations=config.num_generations,
                   max_new_tokens=config.max_completion_length, temperature=config.temperature,
                   top_k=config.top_k, top_p=config.top_p, generator=generator)
+
+
+def prompt_seed(seed: int, step: int, prompt: str) -> int:
+    """A 63-bit seed from ``(seed, step, prompt)`` (SHA-256, so the same on every machine and process)."""
+    digest = hashlib.sha256(f"{seed}\x00{step}\x00{prompt}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+@register_sampler("policy_per_prompt")
+def per_prompt_sampler(model, tokenizer, prompts, config, step) -> RolloutBatch:
+    """Like ``"policy"``, but each prompt's ``G`` samples come from a generator seeded by
+    ``(config.seed, step, prompt)``: a prompt's rollouts do not depend on which other prompts share
+    its batch, so a run split over several processes (:mod:`rlcourse.distributed`) samples exactly
+    what one process would. It costs one sampling call per prompt (slower than ``"policy"``), and a
+    prompt drawn twice in one step gets the same samples twice."""
+    batches = [sample(model, tokenizer, [p], num_generations=config.num_generations,
+                      max_new_tokens=config.max_completion_length, temperature=config.temperature,
+                      top_k=config.top_k, top_p=config.top_p,
+                      generator=torch.Generator().manual_seed(prompt_seed(config.seed, step, p)))
+               for p in prompts]
+    return cat_batches(batches, tokenizer.pad_token_id)

@@ -34,6 +34,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from tqdm import tqdm
 
+from . import distributed
 from .advantages import get_estimator, place_on_last_token
 from .data import get_prompt_sampler
 from .lm.heads import ScalarHeadModel
@@ -246,6 +247,13 @@ class Trainer:
         self.reward_fn = get_reward(cfg.reward)
         self.estimator = get_estimator(cfg.advantage_estimator)
         self.policy_loss = get_policy_loss(cfg.policy_loss)
+        # data parallelism (rlcourse.distributed): one process of several when launched so
+        self.dp = distributed.current()
+        if self.dp.world_size > 1:
+            self.dp.share(cfg.prompts_per_step)  # more processes than prompts: a clear error now
+            if cfg.scale_rewards == "batch" or cfg.whiten_advantages:
+                raise ValueError("scale_rewards='batch' and whiten_advantages use statistics of the whole batch, "
+                                 "which a data-parallel process does not hold; use them in a single process")
         loop_given = {"model", "tokenizer", "prompts", "config", "generator", "state", "examples", "pool", "task",
                       "reward", "step"}
         if set(cfg.sampler_kwargs) & loop_given:
@@ -296,9 +304,15 @@ class Trainer:
         t0 = time.perf_counter()
         examples = call_with_supported(self.prompt_sampler, pool=self.train_pool, n=cfg.prompts_per_step,
                                        generator=self.generator, state=self.state, task=self.task, step=k)
+        generator = self.generator
+        if self.dp.world_size > 1:
+            # every process drew the same global prompts (the generator is seeded alike and serves the
+            # prompt sampler alone); each keeps its share and samples with a generator of its own
+            examples = examples[self.dp.share(len(examples))]
+            generator = torch.Generator().manual_seed(distributed_seed(cfg.seed, self.dp.rank, k))
         batch: RolloutBatch = call_with_supported(
             self.sampler, model=self.model, tokenizer=self.tokenizer, prompts=[e.prompt for e in examples],
-            config=cfg, generator=self.generator, state=self.state, examples=examples, pool=self.train_pool,
+            config=cfg, generator=generator, state=self.state, examples=examples, pool=self.train_pool,
             task=self.task, reward=self.reward_fn, step=k, **cfg.sampler_kwargs)
         t_rollout = time.perf_counter()
         per_row = [examples[int(i)] for i in batch.index]
@@ -365,6 +379,8 @@ class Trainer:
             metrics["explained_variance"] = explained_variance(values, returns, mask)
         if cfg.eval_every and (k % cfg.eval_every == 0 or k == cfg.steps):
             metrics["eval_greedy_accuracy"] = self.evaluate()
+        # data-parallel: per-row metrics averaged over processes; parts of the global loss summed
+        metrics = self.dp.reduce_metrics(metrics, summed=GLOBAL_SUM_METRICS, keep={"step", "learning_rate"})
         self.history.append(metrics)
         self._log(metrics)
         if self.output_dir is not None and cfg.save_every and k % cfg.save_every == 0:
@@ -379,10 +395,12 @@ class Trainer:
         # the mean over micro-batches of those local token-means (hence the 1/n_micro below). Every
         # other loss_type uses the whole batch's denominators, so micro-batching leaves it unchanged.
         denominators = agg_denominators(mask) if cfg.loss_type != "bnpo" else {}
+        # data-parallel: the denominators of the whole step, over every process (rlcourse.distributed)
+        denominators = {key: self.dp.sum(v) for key, v in denominators.items()}
         agg = dict(loss_agg_mode=cfg.loss_agg_mode, **denominators)
         if cfg.loss_agg_mode == "seq-mean-token-sum-norm":
             agg["max_len"] = cfg.max_completion_length
-            agg.setdefault("global_seqs", float(B))
+            agg.setdefault("global_seqs", self.dp.sum(float(B)))
         input_ids, attention_mask, T = batch.input_ids, batch.attention_mask, batch.response_len
         sums: dict[str, float] = {"loss": 0.0}
         # Rows whose gradient is exactly zero need no forward or backward pass (see skips_zero_advantage_rows);
@@ -404,7 +422,7 @@ class Trainer:
         prompt_len = input_ids.shape[1] - T
         mask, old_logprobs, advantages = mask[:, :T], old_logprobs[:, :T], advantages[:, :T]
         ref_logprobs, returns, values = (None if x is None else x[:, :T] for x in (ref_logprobs, returns, values))
-        n_micro = -(-len(live) // mb) if cfg.loss_type == "bnpo" else 1  # see above
+        n_micro = self.dp.sum(-(-len(live) // mb)) if cfg.loss_type == "bnpo" else 1  # see above (all processes)
         self.model.train()
         for _ in range(cfg.num_iterations):
             for start in range(0, len(live), mb):
@@ -447,11 +465,13 @@ class Trainer:
                 for p in self.model.parameters():
                     if p.requires_grad and p.grad is None:
                         p.grad = torch.zeros_like(p)
+            self.dp.sum_gradients(self.model.parameters())  # the gradient of the global loss, on every replica
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm or float("inf"))
             self._check(k, "gradient norm", grad_norm)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             if self.value_model is not None:
+                self.dp.sum_gradients(self.value_model.parameters())
                 torch.nn.utils.clip_grad_norm_(self.value_model.parameters(), cfg.max_grad_norm or float("inf"))
                 self.critic_optimizer.step()
                 self.critic_optimizer.zero_grad(set_to_none=True)
@@ -459,8 +479,9 @@ class Trainer:
         self.model.eval()
         n = cfg.num_iterations
         out = {key: (v / n if key != "grad_norm" else v) for key, v in sums.items()}
-        if sampled_entropy:
-            out["entropy"] = float(agg_loss(batch.entropy, batch.response_mask, **_agg_only(agg)))
+        if sampled_entropy:  # with the step's global denominators (bnpo has none: take them here)
+            whole = {key: self.dp.sum(v) for key, v in agg_denominators(batch.response_mask).items()}
+            out["entropy"] = float(agg_loss(batch.entropy, batch.response_mask, **{**whole, **_agg_only(agg)}))
         out["frac_rows_trained"] = len(live) / B
         return out
 
@@ -523,7 +544,7 @@ class Trainer:
                                max_new_tokens=self.config.max_completion_length)
 
     def _log(self, metrics: dict) -> None:
-        if self.output_dir is None:
+        if self.output_dir is None or not self.dp.is_main:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with open(self.output_dir / "metrics.jsonl", "a") as f:
@@ -537,6 +558,9 @@ class Trainer:
         if self.output_dir is None:
             raise ValueError("save_checkpoint needs config.output_dir")
         final = self.output_dir / f"checkpoint-{self.step_count:06d}"
+        if not self.dp.is_main:  # data-parallel: the replicas are equal; rank 0 writes
+            self.dp.barrier()
+            return final
         tmp = self.output_dir / f".tmp-checkpoint-{self.step_count:06d}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -561,6 +585,7 @@ class Trainer:
         }, tmp / "trainer_state.pt")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
+        self.dp.barrier()
         return final
 
     def latest_checkpoint(self) -> Path | None:
@@ -590,9 +615,19 @@ class Trainer:
         np.random.set_state(st["numpy_rng"])
         random.setstate(st["python_rng"])
         self.state, self.history, self.step_count = st["state"], st["history"], st["step"]
-        if self.output_dir is not None:  # rewrite the logs so they end at the checkpoint
+        if self.output_dir is not None and self.dp.is_main:  # rewrite the logs so they end at the checkpoint
             (self.output_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in self.history))
             write_csv(self.history, self.output_dir / "metrics.csv")
+
+
+# metrics that are each process's part of a global sum (their denominators are global) or counts
+GLOBAL_SUM_METRICS = {"loss", "kl", "entropy", "vf_loss", "response_tokens", "prompt_tokens"}
+
+
+def distributed_seed(seed: int, rank: int, step: int) -> int:
+    """The sampling seed of process ``rank`` at ``step`` in a data-parallel run: a function of the
+    three alone, so a resumed run samples what the uninterrupted one did."""
+    return (seed * 1_000_003 + rank) * 1_000_033 + step
 
 
 def load_adapter_weights(model, folder: str | Path) -> None:

@@ -40,6 +40,11 @@ def test_tiny_qwen2_round_trips_through_from_pretrained(tiny_path):
     assert tok.padding_side == "left" and tok.pad_token_id is not None
     assert tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False,
                                    add_generation_prompt=True) == "Q: 1+1?\nA: "
+    # the lab's character tokenizer comes back as it was written (AutoTokenizer alone would give it
+    # Qwen2Tokenizer's byte-level pipeline, which drops the spaces)
+    text = "Q: Calculate 48 + 16.\nA: "
+    assert tok(text)["input_ids"] == char_chat_tokenizer()(text)["input_ids"]
+    assert tok.decode(tok(text)["input_ids"]) == text
     again, _ = load_causal_lm(tiny_path)
     for (name, p), q in zip(model.named_parameters(), again.parameters()):
         assert torch.equal(p, q), name

@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..distributed import current as current_group
 from ..metrics import pass_at_k
 from ..profiles import Profile, cache_dir, profile as current_profile
 from ..tasks import Example, Task
@@ -52,6 +53,7 @@ class CapstoneConfig:
     lora_*                 rank, alpha and target modules of the adapter
     rl                     keywords of :class:`~rlcourse.train.RLConfig` (the loop's parts by name)
     eval_prompts           held-out prompts for the before/after evaluation
+    eval_prompts           (0: no evaluation; data-parallel runs evaluate on rank 0)
     eval_samples, ks       samples per prompt ``n`` and the ``k`` of pass@k (each ``k <= n``)
     dtype, device          e.g. ``"bfloat16"``, ``"cuda"``; gradient_checkpointing on or off
     ====================== =====================================================================
@@ -145,9 +147,10 @@ def prepare_base_model(cfg: CapstoneConfig, progress: bool = True):
     ``from_pretrained``; any other name goes straight to :func:`load_causal_lm`."""
     raw = base_task(cfg)
     info: dict = {}
+    group = current_group()
     if cfg.model == "tiny":
         path = _recipe_path(cfg, raw)
-        if not (path / "config.json").exists():
+        if group.is_main and not (path / "config.json").exists():  # data-parallel: rank 0 builds, the rest wait
             from ..lm.zoo import pretrain
 
             tokenizer = char_chat_tokenizer()
@@ -166,6 +169,7 @@ def prepare_base_model(cfg: CapstoneConfig, progress: bool = True):
                 tmp.rename(path)
             except OSError:  # another process wrote it first
                 shutil.rmtree(tmp, ignore_errors=True)
+        group.barrier()
         name = path
         info["path"] = str(path)
     else:
@@ -220,21 +224,31 @@ def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | No
     the optimiser, the RNG states) go there every ``rl["save_every"]`` steps and ``resume=True``
     continues from the last one exactly.
 
-    Returns ``before`` and ``after`` (:func:`evaluate_pass_at_k`), ``history`` (per-step metrics),
-    ``info`` (model size, trainable parameters), ``seconds``, and the ``trainer``."""
+    Under a launcher (:mod:`rlcourse.distributed`) each process trains on its share of every step's
+    prompts; rank 0 builds the tiny model, evaluates and writes checkpoints.
+
+    Returns ``before`` and ``after`` (:func:`evaluate_pass_at_k`; ``None`` with ``eval_prompts=0``
+    and on ranks other than 0), ``history`` (per-step metrics), ``info`` (model size, trainable
+    parameters), ``seconds``, ``is_main`` and the ``trainer``."""
     cfg = cfg or capstone_config()
     start = time.perf_counter()
     model, tokenizer, task, info = prepare_base_model(cfg, progress=progress)
     rl = RLConfig(**{"seed": seed, "progress": progress, **cfg.rl,
                      **({"output_dir": str(output_dir)} if output_dir is not None else {})})
-    eval_examples = task.examples(cfg.eval_prompts, seed=seed, split="test")
-    evaluate = lambda m: evaluate_pass_at_k(m, tokenizer, task, eval_examples, cfg.eval_samples, cfg.ks,  # noqa: E731
-                                            rl.max_completion_length, rl.temperature, seed=seed + 1, progress=progress)
+    group = current_group()
+    eval_examples = task.examples(cfg.eval_prompts, seed=seed, split="test") if cfg.eval_prompts else []
+
+    def evaluate(m):
+        if not eval_examples or not group.is_main:
+            return None
+        return evaluate_pass_at_k(m, tokenizer, task, eval_examples, cfg.eval_samples, cfg.ks,
+                                  rl.max_completion_length, rl.temperature, seed=seed + 1, progress=progress)
+
     before = evaluate(model)
     policy = add_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.lora_targets, seed=seed)
     info["trainable"] = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    trainer = Trainer(policy, tokenizer, task, rl, eval_examples=eval_examples, resume=resume)
+    trainer = Trainer(policy, tokenizer, task, rl, eval_examples=eval_examples or None, resume=resume)
     trainer.train()
     after = evaluate(policy)
     return {"before": before, "after": after, "history": trainer.history, "info": info, "trainer": trainer,
-            "config": cfg, "seconds": time.perf_counter() - start}
+            "config": cfg, "seconds": time.perf_counter() - start, "is_main": group.is_main}

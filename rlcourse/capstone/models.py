@@ -8,12 +8,13 @@ prompts with ``apply_chat_template`` whichever model it runs.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Sequence
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from ..lm.tokenizer import build_tokenizer
 
@@ -73,7 +74,7 @@ def load_causal_lm(name_or_path: str | Path, dtype: torch.dtype | None = None, d
     """
     name = str(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        tokenizer = _load_tokenizer(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype or "auto")
     except OSError as err:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
@@ -98,6 +99,21 @@ def load_causal_lm(name_or_path: str | Path, dtype: torch.dtype | None = None, d
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()  # LoRA: the frozen embeddings' output must carry a gradient
     return model.eval(), tokenizer
+
+
+# tokenizer classes that mean "the pipeline in tokenizer.json, as it is"
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _load_tokenizer(name: str):
+    """``AutoTokenizer.from_pretrained(name)``, except for a folder whose tokenizer is generic (the
+    lab's character tokenizer): AutoTokenizer would give it the model family's class (for a Qwen2
+    config, ``Qwen2Tokenizer``, whose byte-level pipeline drops the spaces), so it is loaded as
+    the ``tokenizer.json`` it is."""
+    config = Path(name) / "tokenizer_config.json"
+    if config.exists() and json.loads(config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZERS:
+        return PreTrainedTokenizerFast.from_pretrained(name)
+    return AutoTokenizer.from_pretrained(name)
 
 
 def linear_module_names(model) -> list[str]:

@@ -110,6 +110,49 @@ class RolloutBatch:
                        extras={k: pad(v) for k, v in self.extras.items()})
 
 
+def cat_batches(batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBatch:
+    """One batch holding the rows of ``batches`` in order: prompts left-padded and responses
+    right-padded to the widest, group ids offset so that groups of different batches stay apart.
+
+    ======== ========================================================================
+    batches  a non-empty sequence of :class:`RolloutBatch` sampled at one temperature, all
+             with or all without ``entropy`` and ``scores``, with the same ``extras`` keys
+    returns  ``(sum of B, max P)`` prompts and ``(sum of B, max T)`` responses
+    ======== ========================================================================
+
+    Extra left padding changes no log-prob (positions come from the attention mask), and extra
+    right padding is masked out, so every row means what it meant in its own batch.
+    """
+    batches = list(batches)
+    if not batches:
+        raise ValueError("cat_batches needs at least one batch")
+    first = batches[0]
+    for name, same in [("temperature", lambda b: b.temperature == first.temperature),
+                       ("entropy (recorded or not)", lambda b: (b.entropy is None) == (first.entropy is None)),
+                       ("scores (given or not)", lambda b: (b.scores is None) == (first.scores is None)),
+                       ("extras keys", lambda b: set(b.extras) == set(first.extras))]:
+        if not all(same(b) for b in batches):
+            raise ValueError(f"cat_batches: the batches differ in {name}")
+    P = max(b.prompt_ids.shape[1] for b in batches)
+    T = max(b.response_len for b in batches)
+    wide = [b.widen(T, pad_token_id) for b in batches]
+    left = lambda x, v: torch.nn.functional.pad(x, (P - x.shape[1], 0), value=v)  # noqa: E731
+    offsets, index = 0, []
+    for b in wide:
+        index.append(b.index + offsets)
+        offsets += int(b.index.max()) + 1 if len(b) else 0
+    cat = lambda name: torch.cat([getattr(b, name) for b in wide])  # noqa: E731
+    return RolloutBatch(
+        prompt_ids=torch.cat([left(b.prompt_ids, pad_token_id) for b in wide]),
+        prompt_mask=torch.cat([left(b.prompt_mask, 0) for b in wide]),
+        response_ids=cat("response_ids"), response_mask=cat("response_mask"), logprobs=cat("logprobs"),
+        index=torch.cat(index), truncated=cat("truncated"),
+        prompts=[p for b in wide for p in b.prompts], texts=[t for b in wide for t in b.texts],
+        temperature=first.temperature, entropy=None if first.entropy is None else cat("entropy"),
+        extras={k: torch.cat([b.extras[k] for b in wide]) for k in first.extras},
+        scores=None if first.scores is None else cat("scores"))
+
+
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Set to ``-inf`` the logits outside the top-k tokens and outside the top-p nucleus.
 

@@ -1,0 +1,156 @@
+"""Data parallelism (rlcourse.distributed) and the command-line entry point: two gloo processes on
+the CPU take the same step, to the same weights, as one process on the whole batch."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from rlcourse.distributed import Group  # noqa: E402
+from rlcourse.losses import agg_loss  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shares_cover_the_prompts_once_and_refuse_too_many_processes():
+    for n, world in [(5, 2), (8, 3), (4, 4)]:
+        shares = [range(n)[Group(r, world).share(n)] for r in range(world)]
+        assert [i for s in shares for i in s] == list(range(n))
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    with pytest.raises(ValueError, match="3 prompts per step cannot be shared by 4 processes"):
+        Group(0, 4).share(3)
+
+
+def test_global_token_mean_is_not_the_mean_of_local_token_means():
+    """The proposition of the scale-out page: sum_r S_r / sum_r n_r differs from mean_r S_r / n_r
+    when the processes hold different numbers of tokens, and global denominators give the former."""
+    torch.manual_seed(0)
+    losses = torch.randn(6, 5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 0, 0],
+                         [1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.float32)
+    whole = agg_loss(losses, mask, "token-mean")
+    parts = [slice(0, 3), slice(3, 6)]  # process 0 holds 12 tokens, process 1 holds 4
+    local = torch.stack([agg_loss(losses[p], mask[p], "token-mean") for p in parts]).mean()
+    shared = sum(agg_loss(losses[p], mask[p], "token-mean", global_tokens=float(mask.sum())) for p in parts)
+    assert torch.allclose(shared, whole, atol=1e-6)
+    assert not torch.allclose(local, whole, atol=1e-3)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_config(path: Path, model: Path, output_dir: Path) -> Path:
+    # 5 prompts over 2 processes (3 and 2): unequal shares, so local denominators would differ
+    path.write_text(f'''profile = "smoke"
+model = "{model}"
+output_dir = "{output_dir}"
+eval_prompts = 0
+lora_r = 4
+lora_alpha = 8
+[task_config]
+min_terms = 2
+max_terms = 2
+min_digits = 1
+max_digits = 1
+operators = ["+", "-"]
+allow_parentheses = false
+allow_negation = false
+[rl]
+steps = 1
+prompts_per_step = 5
+num_generations = 4
+max_completion_length = 4
+learning_rate = 0.01
+beta = 0.1
+entropy_coef = 0.05
+sampler = "policy_per_prompt"
+save_every = 1
+train_pool_size = 64
+''')
+    return path
+
+
+def _adapter(checkpoint: Path) -> dict:
+    from safetensors.torch import load_file
+    return load_file(str(checkpoint / "adapter" / "adapter_model.safetensors"))
+
+
+def test_two_processes_take_the_step_of_one(tmp_path):
+    from rlcourse.capstone import build_tiny_qwen2, char_chat_tokenizer, save_tiny_qwen2
+    from rlcourse.capstone.cli import train_from_config
+    from rlcourse.profiles import one_torch_thread
+
+    tok = char_chat_tokenizer()
+    # a random model rarely earns a reward, so the entropy bonus (aggregated with the same global
+    # denominators as the policy loss) is what moves the adapter in this one step
+    model_dir = save_tiny_qwen2(tmp_path / "tiny", build_tiny_qwen2(tok, 32, 64, 1, 2, 1, 256), tok)
+    cfg_dp = _write_config(tmp_path / "dp.toml", model_dir, tmp_path / "dp")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), "-m", "rlcourse", "train", "--config", str(cfg_dp), "--no-progress"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    cfg_one = _write_config(tmp_path / "one.toml", model_dir, tmp_path / "one")
+    with one_torch_thread():
+        result = train_from_config(cfg_one, progress=False)
+    dp, one = _adapter(tmp_path / "dp" / "checkpoint-000001"), _adapter(tmp_path / "one" / "checkpoint-000001")
+    assert dp.keys() == one.keys() and dp
+    history = [json.loads(line) for line in (tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()]
+    assert history[0]["response_tokens"] == result["history"][0]["response_tokens"]  # the same 20 rollouts
+    assert history[0]["loss"] == pytest.approx(result["history"][0]["loss"], abs=1e-5)
+    moved = max(float(t.abs().max()) for k, t in one.items() if "lora_B" in k)
+    assert moved > 1e-4, "the step did not move the adapter: nothing was compared"
+    for key in one:
+        assert torch.allclose(dp[key], one[key], atol=1e-6, rtol=1e-5), key
+
+
+def _tiny_lm():
+    from rlcourse.capstone import build_tiny_qwen2, char_chat_tokenizer
+    tok = char_chat_tokenizer()
+    return build_tiny_qwen2(tok, 32, 64, 1, 2, 1, 128, seed=1), tok
+
+
+def test_cat_batches_keeps_every_row_meaning_what_it_meant():
+    from rlcourse.lm import response_logprobs, sample
+    from rlcourse.lm.sampling import cat_batches
+
+    model, tok = _tiny_lm()
+    gen = torch.Generator().manual_seed(0)
+    a = sample(model, tok, ["Q: 1+1?\nA: ", "Q: 12+7?\nA: "], num_generations=2, max_new_tokens=5, generator=gen)
+    b = sample(model, tok, ["Q: 3?\nA: "], num_generations=3, max_new_tokens=3, generator=gen)
+    both = cat_batches([a, b], tok.pad_token_id)
+    assert len(both) == 7 and both.index.tolist() == [0, 0, 1, 1, 2, 2, 2]
+    assert both.texts == a.texts + b.texts and both.prompts == a.prompts + b.prompts
+    with torch.no_grad():
+        again = response_logprobs(model, both.input_ids, both.attention_mask, both.response_len, both.temperature)
+    for part, rows in [(a, slice(0, 4)), (b, slice(4, 7))]:
+        T = part.response_len
+        assert torch.allclose(again[rows, :T] * part.response_mask, part.logprobs, atol=1e-5)
+        assert both.response_mask[rows, T:].sum() == 0
+    with pytest.raises(ValueError, match="temperature"):
+        cat_batches([a, sample(model, tok, ["x"], max_new_tokens=2, temperature=0.5)], tok.pad_token_id)
+    with pytest.raises(ValueError, match="at least one"):
+        cat_batches([], tok.pad_token_id)
+
+
+def test_per_prompt_sampler_does_not_depend_on_the_other_prompts():
+    from rlcourse.rollout import get_sampler
+    from rlcourse.train import RLConfig
+
+    model, tok = _tiny_lm()
+    sampler, cfg = get_sampler("policy_per_prompt"), RLConfig(num_generations=3, max_completion_length=6, seed=4)
+    alone = sampler(model, tok, ["Q: 5+5?\nA: "], cfg, step=2)
+    shared = sampler(model, tok, ["Q: 1+8?\nA: ", "Q: 5+5?\nA: "], cfg, step=2)
+    assert shared.texts[3:] == alone.texts
+    assert torch.allclose(shared.logprobs[3:, :alone.response_len], alone.logprobs)
+    from rlcourse.rollout import prompt_seed
+    assert prompt_seed(4, 2, "a") != prompt_seed(4, 3, "a") and prompt_seed(4, 2, "a") == prompt_seed(4, 2, "a")
