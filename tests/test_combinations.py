@@ -1,22 +1,32 @@
 """Any registered part of the loop combines with any other: one Trainer step per combination.
 
 The five kinds of parts (samplers, prompt samplers, rewards, advantage estimators, policy losses) are
-read from their registries after importing :mod:`rlcourse.methods`, so a part a chapter registers
-joins this test without editing it. Each combination runs one step of :class:`~rlcourse.train.Trainer`
-on the smoke ``addition`` base model. First each part runs alone (the other kinds at their
-defaults): it may refuse the task, but only by a ValueError whose message names what is missing
-(e.g. ``p_grpo`` on a task without preference groups). Then *every* combination of the parts that
-ran alone (the full product of the registries, not a sample of it) must run. Any other exception,
-and any non-finite metric, fails.
+read from their registries after importing :mod:`rlcourse.methods`, and the candidate tasks from the
+task registry, so a part or a task a chapter registers joins this test without editing it. Each step
+runs :class:`~rlcourse.train.Trainer` with the smoke ``addition`` base model (the tokenizer is one
+character per token, so the model can answer any task's prompts, if badly).
+
+Round 1: each part alone (the other kinds at their defaults) on every candidate task. It must run on
+at least one of them, and it may refuse the others, but only by a ValueError whose message names the
+missing requirement: an accepting task by name (e.g. ``drest`` on addition: "not a drest_choice
+prompt") or, quoted, a ``meta`` key that the accepting tasks' examples carry and the refused task's
+lack (e.g. ``p_grpo`` on addition: "no meta['pref_group']"). Round 2: every combination the registry
+allows, i.e. every element of the full product of the registries whose parts all ran alone on one
+common task, runs on the first such task (``addition`` first). Any other exception, and any
+non-finite metric, fails.
 
 The rewards include ``test_combo_digits`` (registered below), which varies within groups even for an
-untrained model, so the estimators see non-degenerate groups. A step of the smoke model takes about
-25 ms on one thread, so the full product (162 combinations when this was written) takes seconds;
-it grows as the product of the registries' sizes, and at 1,000 combinations would still take under
-a minute.
+untrained model, so the estimators see non-degenerate groups. A reward that is constant on this
+model's answers (the DReST rewards on its malformed choices) gives zero advantages, so
+``skip_zero_advantage_rows`` is off: otherwise no row of such a step would reach the policy loss, and
+the combination would pass without running it. A step of the smoke model takes about 20 ms on one
+thread, so round 1 (parts x tasks, 184 steps when this was written) and round 2 (459 combinations)
+take seconds; round 2 grows as the product of the registries' sizes, and at 1,000 combinations
+would still take under a minute.
 """
 import copy
 import itertools
+import re
 
 import pytest
 import torch
@@ -29,7 +39,7 @@ from rlcourse.profiles import one_torch_thread
 from rlcourse.losses import POLICY_LOSSES
 from rlcourse.rewards import REWARDS, register_reward
 from rlcourse.rollout import SAMPLERS
-from rlcourse.tasks import task_names
+from rlcourse.tasks import get_task, task_names
 from rlcourse.train import RLConfig, Trainer
 
 
@@ -54,19 +64,30 @@ def base():
     return load_base_model("addition", prof=rlcourse.profile("smoke"), progress=False)
 
 
+@pytest.fixture(scope="module")
+def pools():
+    """Every candidate task (the base model's own, ``addition``, first) -> its (train, eval) examples,
+    drawn once instead of once per step."""
+    names = ["addition"] + [t for t in task_names() if t != "addition"]
+    return {t: (get_task(t).examples(40, seed=0, split="train"), get_task(t).examples(4, seed=0, split="test"))
+            for t in names}
+
+
 DEFAULTS = {"sampler": "policy", "prompt_sampler": "uniform", "reward": "test_combo_digits",
             "advantage_estimator": "grpo", "policy_loss": "vanilla"}
 
 
-def one_step(model, tok, row: dict):
-    """One Trainer step of the combination ``row``: ``("ran", metrics)`` or ``("refused", message)``.
-    Only a ValueError counts as a refusal; anything else propagates and fails the test."""
+def one_step(model, tok, task: str, pool, row: dict):
+    """One Trainer step of the combination ``row`` on ``task``: ``("ran", metrics)`` or
+    ``("refused", message)``. Only a ValueError counts as a refusal; anything else propagates and
+    fails the test."""
     # max_completion_length 4 is shorter than every addition demonstration (e.g. "231|132" + EOS),
     # so S-GRPO's injection widens the batch
     cfg = RLConfig(num_generations=4, prompts_per_step=2, max_completion_length=4, steps=1, progress=False,
-                   train_pool_size=40, eval_prompts=4, learning_rate=1e-3, seed=0, **row)
+                   learning_rate=1e-3, seed=0, skip_zero_advantage_rows=False, **row)
+    train, held = pool
     try:
-        return "ran", Trainer(copy.deepcopy(model), tok, "addition", cfg).step()
+        return "ran", Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=train, eval_examples=held).step()
     except ValueError as err:
         return "refused", str(err)
 
@@ -78,32 +99,74 @@ def check_ran(row, m):
     assert not bad, (row, bad)
 
 
-def test_every_registered_combination_runs_or_is_refused_by_name(base):
-    """Two rounds. (1) Each part alone, the other kinds at their defaults: a part may refuse the
-    addition task (a reward for another task, an estimator that needs preference groups), but only
-    with a ValueError that names the requirement. (2) A pairwise cover of all the parts that ran:
-    every combination in it must run."""
+def meta_keys(examples) -> set:
+    """Every ``meta`` key the examples carry."""
+    return {key for e in examples for key in e.meta}
+
+
+def names_requirement(message: str, accepting: list[str], missing_keys: set) -> bool:
+    """Whether a refusal names what the refused task lacks: one of the ``accepting`` tasks as a word,
+    or one of ``missing_keys`` quoted as Python quotes it (``'pref_group'``), so that a bare word
+    such as "needs" or "must", or a one-letter key found inside another word, does not count."""
+    return any(re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", message) for t in accepting) or \
+        any(repr(key) in message for key in missing_keys)
+
+
+def test_names_requirement_rejects_vague_refusals():
+    assert names_requirement("not a drest_choice prompt: '50+60='", ["drest_choice"], set())
+    assert names_requirement("example '1+1=' has no meta['pref_group']", ["pg2_prefsort"], {"pref_group"})
+    assert not names_requirement("this estimator needs something it must have", ["pg2_prefsort"], {"pref_group"})
+    assert not names_requirement("a pref_group-free batch", ["pg2_prefsort"], {"pref_group"})  # not quoted
+    assert not names_requirement("not a drest_choice2 prompt", ["drest_choice"], set())
+    assert not names_requirement("a bad answer", ["sort"], {"a"})  # key 'a' only quoted
+
+
+def test_every_registered_combination_runs_or_is_refused_by_name(base, pools):
+    """Round 1: each part alone on every candidate task; it must run on one, and a refusal must name
+    the requirement. Round 2: every combination whose parts all ran alone on one common task runs
+    there (the full product of the registries, less the combinations no task accepts)."""
     model, tok = base
     options = {kind: reg.names() for kind, reg in KINDS.items()}
     assert "s_grpo" in options["sampler"] and "otb" in options["advantage_estimator"]  # chapters registered
-    needs_task = {}
+    accepts: dict[tuple, list[str]] = {}  # (kind, name) -> the tasks it ran on, in candidate order
+    refusals: dict[tuple, dict[str, str]] = {}  # (kind, name) -> {refused task: message}
     for kind, names in options.items():
         for name in names:
-            row = {**DEFAULTS, kind: name}
-            outcome, out = one_step(model, tok, row)
-            if outcome == "ran":
-                check_ran(row, out)
-                continue
-            names_need = any(w in out for w in ("needs", "requires", "must", "no meta", *task_names()))
-            assert name in out or names_need, f"{kind} {name!r} refused with no requirement named: {out}"
-            needs_task[(kind, name)] = out
-    p_grpo = needs_task.get(("advantage_estimator", "p_grpo"))
-    assert p_grpo is not None and "preference group" in p_grpo  # the addition task has no preference groups
-    usable = {kind: [n for n in names if (kind, n) not in needs_task] for kind, names in options.items()}
-    assert all(usable.values()), usable
-    rows = [dict(zip(usable, values)) for values in itertools.product(*usable.values())]
-    assert len(rows) >= 162  # 3 samplers x 1 prompt sampler x 2 rewards x 9 estimators x 3 losses at least
-    for row in rows:
-        outcome, out = one_step(model, tok, row)
-        assert outcome == "ran", f"{row}: parts that run alone refused together: {out}"
-        check_ran(row, out)
+            row, part = {**DEFAULTS, kind: name}, (kind, name)
+            accepts[part], refusals[part] = [], {}
+            for task, pool in pools.items():
+                outcome, out = one_step(model, tok, task, pool, row)
+                if outcome == "ran":
+                    check_ran((task, row), out)
+                    accepts[part].append(task)
+                else:
+                    refusals[part][task] = out
+            assert accepts[part], f"{kind} {name!r} refused every registered task: {refusals[part]}"
+    for part, refused in refusals.items():
+        offered = set().union(*(meta_keys(pools[t][0]) for t in accepts[part]))
+        for task, message in refused.items():
+            missing = offered - meta_keys(pools[task][0])
+            assert names_requirement(message, accepts[part], missing), \
+                f"{part} refused {task!r} without naming a task it runs on {accepts[part]} or a missing " \
+                f"meta key {sorted(missing)}: {message}"
+    # the parts that prompted this round: none of them runs on addition, each on the task it is for
+    assert "pref_group" in refusals[("advantage_estimator", "p_grpo")]["addition"]
+    for part in (("advantage_estimator", "p_grpo"), ("advantage_estimator", "p_grpo_logged"), ("reward", "pg2_pref")):
+        assert "pg2_prefsort" in accepts[part] and "addition" not in accepts[part], (part, accepts[part])
+    for name in ("drest", "drest_default"):
+        assert accepts[("reward", name)] == ["drest_choice"], accepts[("reward", name)]
+
+    ran = {}
+    for values in itertools.product(*options.values()):
+        row = dict(zip(options, values))
+        common = [t for t in pools if all(t in accepts[(kind, name)] for kind, name in row.items())]
+        if not common:  # e.g. a DReST reward with P-GRPO: no task has both a menu and preference groups
+            continue
+        outcome, out = one_step(model, tok, common[0], pools[common[0]], row)
+        assert outcome == "ran", f"{row} on {common[0]!r}: parts that run alone refused together: {out}"
+        check_ran((common[0], row), out)
+        ran[common[0]] = ran.get(common[0], 0) + 1
+    # 3 samplers x 3 losses x 51 (reward, estimator) pairs when this was written: 2 rewards x 9
+    # estimators on addition (162), 3 rewards x 2 P-GRPO estimators + pg2_pref x 9 on pg2_prefsort
+    # (135), 2 DReST rewards x 9 on drest_choice (162)
+    assert sum(ran.values()) >= 459, ran
