@@ -10,6 +10,7 @@ from rlcourse.advantages import register_estimator
 from rlcourse.lm import build_model, build_tokenizer
 from rlcourse.lm.heads import ScalarHeadModel
 from rlcourse.losses import agg_loss, register_policy_loss
+from rlcourse.profiles import one_torch_thread
 from rlcourse.rewards import register_reward
 from rlcourse.train import (PreferencePair, RLConfig, Trainer, load_metrics, plot_metrics, reward_model_scores, sft,
                             train_reward_model)
@@ -167,16 +168,31 @@ def offset_digit_reward(batch, examples, task, state):
 
 
 def test_ppo_with_a_critic_learns_the_values(tiny):
-    # the policy is frozen (learning rate 0), so the returns are stationary and only the critic learns;
-    # it starts near 0 against returns near 1 (value loss ~0.5) and must close most of the gap
-    tr = make(tiny, reward="test_offset_digits", advantage_estimator="gae", lam=0.95, steps=20, learning_rate=0.0,
-              critic_learning_rate=3e-3)
+    """The policy is frozen (learning rate 0), so the returns are stationary and only the critic learns.
+
+    With lam = 1 the returns are Monte Carlo returns, which do not move with the critic, and with
+    gamma = 0.5 they are ``0.5 ** (tokens left) * r`` with ``r = 1 +`` the digit fraction (about
+    1.1). The untrained policy rarely stops before ``max_completion_length`` (about 93% of rows run
+    to the end), so the return is almost a function of the position alone: over the six positions,
+    ``0.5 ** k`` for k = 0..5 has variance 0.114 (times r^2), against about 0.003 from the digit
+    fraction, so a critic that knows the position explains about 0.97 of the variance (less the
+    rows that stop early), and a constant one 0. The head starts at zero, so explained variance is
+    exactly 0 at the first step and about 0 over the first five. Over 20 seeds (60 steps each) the
+    last five steps' mean was 0.62 to 0.90 and rose at least 0.64 above the first five's; the test
+    asks for a rise of 0.4, under half of what the position alone gives.
+    """
+    tr = make(tiny, reward="test_offset_digits", advantage_estimator="gae", gamma=0.5, lam=1.0, steps=60,
+              learning_rate=0.0, critic_learning_rate=3e-3)
     assert isinstance(tr.value_model, ScalarHeadModel)
-    hist = tr.train()
+    with one_torch_thread():  # 60 steps of a tiny model: one thread is faster on a shared CPU
+        hist = tr.train()
     vf = [h["vf_loss"] for h in hist]
     ev = [h["explained_variance"] for h in hist]
-    assert sum(vf[-5:]) / 5 < 0.2 * sum(vf[:3]) / 3, vf  # measured: 0.51 -> 0.03
-    assert sum(ev[-5:]) / 5 > -0.1, ev  # no worse than a constant predictor at the end
+    assert ev[0] == pytest.approx(0.0, abs=1e-6)  # a zero head: the constant predictor
+    early, late = sum(ev[:5]) / 5, sum(ev[-5:]) / 5
+    assert late > early + 0.4, ev
+    # the critic starts at 0 against returns up to ~1.1 (value loss ~0.13): measured late/early 0.07-0.31
+    assert sum(vf[-5:]) / 5 < 0.5 * sum(vf[:3]) / 3, vf
 
 
 def test_config_errors():
