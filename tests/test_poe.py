@@ -1,5 +1,7 @@
 """Product-of-experts steering (rlcourse.control.poe), D4RL-layout data sets and the 2-D navigation task."""
+import gymnasium as gym
 import h5py
+import mujoco  # noqa: F401  (a default dependency: the MuJoCo tests fail, not skip, without it)
 import numpy as np
 import pytest
 import torch
@@ -363,8 +365,6 @@ def test_minari_layout_is_flattened(tmp_path):
 
 
 def test_hopper_dataset_builder():
-    gym = pytest.importorskip("gymnasium")
-    pytest.importorskip("mujoco")
     env = gym.make("Hopper-v5")
     low, high = env.action_space.low, env.action_space.high
     data = build_dataset(env, lambda o, r: r.uniform(low, high).astype(np.float32), 300, seed=0)
@@ -376,8 +376,6 @@ def test_hopper_dataset_builder():
 
 
 def test_lqr_balances_the_double_pendulum_and_noise_grades_it():
-    pytest.importorskip("mujoco")
-    gym = pytest.importorskip("gymnasium")
     from rlcourse.control.mujoco_cells import evaluate_policy, idp_state, lqr_gain, lqr_policy, make_envs
 
     K = lqr_gain("InvertedDoublePendulum-v5")
@@ -396,7 +394,6 @@ def test_lqr_balances_the_double_pendulum_and_noise_grades_it():
 
 
 def test_balance_cells_smoke():
-    pytest.importorskip("mujoco")
     from rlcourse.control.mujoco_cells import BALANCE_RULES, run_balance_cells
     from rlcourse.profiles import profile
 
@@ -412,7 +409,6 @@ def test_balance_cells_smoke():
 
 
 def test_mujoco_cells_run_end_to_end():
-    pytest.importorskip("mujoco")
     from rlcourse.control.poe import run_mujoco_cells
 
     out = run_mujoco_cells("Hopper-v5", n_steps=200, episodes=1, bc_steps=5, max_episode_steps=40)
