@@ -202,3 +202,28 @@ def test_logged_estimator_gives_p_grpos_advantages_and_logs_each_group():
     for g, entry in log.items():
         sel = [i for i, e in enumerate(rows) if e.meta["pref_group"] == g]
         assert entry["adv"] == pytest.approx(float(a1[sel, 0].mean()), abs=1e-6) and entry["n"] == len(sel)
+
+
+def test_logged_estimator_takes_every_keyword_of_p_grpo():
+    """``p_grpo_logged`` promises p_grpo's advantages, so every knob of p_grpo must reach it (it
+    lacked ``min_std`` and ``group_key``): the same keywords with the same defaults, and a floor set
+    through it acts. A history of equal rewards (sigma = 0) without the batch: a reward of 1 gets
+    1 / (min_std + eps), 2 with min_std = 0.5 (10 at the default 0.1)."""
+    import inspect
+
+    from rlcourse.methods.pgrpo import LOG_KEY
+
+    def keywords(fn):
+        return {n: p.default for n, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
+
+    assert keywords(pg.compute_p_grpo_logged_advantage) == keywords(pg.compute_p_grpo_advantage)
+    ex = pg.PrefSort().examples(1, seed=0)[0]
+    rows = [ex.__class__(ex.prompt, ex.answer, ex.solution, meta={"user": "B"})] * 2
+    mask = torch.ones(2, 3)
+    tlr = place_on_last_token(torch.tensor([1.0, 0.0]), mask)
+    for min_std in (0.1, 0.5):
+        state = {"p_grpo": {"B": pg.welford_update(pg.new_stats(), [0.0] * 20)}}
+        adv, _ = get_estimator("p_grpo_logged")(tlr, mask, torch.tensor([0, 0]), rows, state, include_batch=False,
+                                                group_key="user", min_std=min_std)
+        assert torch.allclose(adv[:, 0], torch.tensor([1 / (min_std + 1e-6), 0.0]))
+        assert state[LOG_KEY][0]["B"]["adv"] == pytest.approx(0.5 / (min_std + 1e-6))

@@ -366,18 +366,20 @@ LOG_KEY = "p_grpo_log"
 
 @register_estimator("p_grpo_logged")
 def compute_p_grpo_logged_advantage(token_level_rewards, response_mask, index, examples, state, epsilon: float = 1e-6,
-                                    include_batch: bool = True, decay: float | None = None, min_history: int = 2):
-    """``p_grpo`` (identical advantages), and a log in ``state["p_grpo_log"]`` of each step's mean
-    advantage, mean reward and the statistics (mu, sigma) used, per preference group: the data that
-    tests the stale-history bias of the chapter's proposition directly.
+                                    include_batch: bool = True, decay: float | None = None, min_history: int = 2,
+                                    group_key: str = "pref_group", min_std: float = 0.1):
+    """``p_grpo`` (identical advantages, for the same keywords), and a log in ``state["p_grpo_log"]``
+    of each step's mean advantage, mean reward and the statistics (mu, sigma) used, per preference
+    group: the data that tests the stale-history bias of the chapter's proposition directly.
 
     Returns ``(adv, ret)``, both ``(B,T)``, as ``p_grpo``.
     """
     adv, ret = compute_p_grpo_advantage(token_level_rewards, response_mask, index, examples, state, epsilon=epsilon,
-                                        include_batch=include_batch, decay=decay, min_history=min_history)
+                                        include_batch=include_batch, decay=decay, min_history=min_history,
+                                        group_key=group_key, min_std=min_std)
     a = (adv * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)  # each row's (constant) advantage
     r = outcome_scores(token_level_rewards, response_mask)
-    labels = [pref_group_of(e) for e in examples]
+    labels = [pref_group_of(e, group_key) for e in examples]
     row = {}
     for g in sorted(set(labels)):
         sel = torch.tensor([lab == g for lab in labels])
