@@ -18,7 +18,7 @@ import torch
 from ..claims import Claim, Verdict, evaluate
 from ..profiles import one_torch_thread
 from ..tasks import Addition, Sort
-from .sgrpo import STATE_KEY, _accuracies, attach_references
+from .sgrpo import STATE_KEY, _accuracies
 
 LOSS_AGG = "seq-mean-token-mean"
 
@@ -123,10 +123,9 @@ def run_sgrpo_frontier(prof) -> dict:
                 cfg = RLConfig(num_generations=G, prompts_per_step=n_prompts, max_completion_length=10,
                                steps=steps, learning_rate=lr, seed=seed, progress=False, loss_type=LOSS_AGG,
                                num_iterations=1, sampler="s_grpo" if arm == "S-GRPO" else "policy")
+                # the trainer hands the s_grpo sampler each step's examples (with their demonstrations)
                 tr = Trainer(copy.deepcopy(base), tok, add, cfg, train_examples=pool,
                              eval_examples=held["addition"][:8])
-                if arm == "S-GRPO":
-                    attach_references(tr.state, add, pool)
                 row = {k: [v] for k, v in base_acc.items()}
                 for s in eval_steps[1:]:
                     tr.train(steps=s)
