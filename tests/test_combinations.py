@@ -20,7 +20,7 @@ untrained model, so the estimators see non-degenerate groups. A reward that is c
 model's answers (the DReST rewards on its malformed choices) gives zero advantages, so
 ``skip_zero_advantage_rows`` is off: otherwise no row of such a step would reach the policy loss, and
 the combination would pass without running it. A step of the smoke model takes about 20 ms on one
-thread, so round 1 (parts x tasks, 184 steps when this was written) and round 2 (459 combinations)
+thread, so round 1 (parts x tasks, 192 steps when this was written) and round 2 (612 combinations)
 take seconds; round 2 grows as the product of the registries' sizes, and at 1,000 combinations
 would still take under a minute.
 """
@@ -166,7 +166,7 @@ def test_every_registered_combination_runs_or_is_refused_by_name(base, pools):
         assert outcome == "ran", f"{row} on {common[0]!r}: parts that run alone refused together: {out}"
         check_ran((common[0], row), out)
         ran[common[0]] = ran.get(common[0], 0) + 1
-    # 3 samplers x 3 losses x 51 (reward, estimator) pairs when this was written: 2 rewards x 9
-    # estimators on addition (162), 3 rewards x 2 P-GRPO estimators + pg2_pref x 9 on pg2_prefsort
-    # (135), 2 DReST rewards x 9 on drest_choice (162)
-    assert sum(ran.values()) >= 459, ran
+    # 4 samplers x 3 losses x 51 (reward, estimator) pairs when this was written: 2 rewards x 9
+    # estimators on addition (216), 3 rewards x 2 P-GRPO estimators + pg2_pref x 9 on pg2_prefsort
+    # (180), 2 DReST rewards x 9 on drest_choice (216)
+    assert sum(ran.values()) >= 612, ran
