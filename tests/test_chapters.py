@@ -63,9 +63,12 @@ def glued_figures_without_image(nb) -> list[str]:
 
 @pytest.mark.chapters
 @pytest.mark.parametrize("stem", CHAPTERS)
-def test_chapter_executes_in_smoke_profile(stem, monkeypatch):
+def test_chapter_executes_in_smoke_profile(stem, monkeypatch, tmp_path):
     # the kernel gets the backend a reader's kernel (and `make book`) has, so figures render to PNG
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # ... and a ledger of its own, to see what it records
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv("RLCOURSE_LEDGER", str(ledger))
     nb = jupytext.read(ROOT / f"{stem}.md")
     client = nbclient.NotebookClient(nb, timeout=CHAPTER_TIME_LIMIT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str((ROOT / stem).parent)}})
@@ -75,6 +78,13 @@ def test_chapter_executes_in_smoke_profile(stem, monkeypatch):
     assert elapsed < CHAPTER_TIME_LIMIT_S, f"{stem} took {elapsed:.0f} s in the smoke profile"
     missing = glued_figures_without_image(nb)
     assert not missing, f"{stem}: glued figures without an image: {missing}"
+    # a chapter that glues verdicts records them, and only claims keyed by its own name (a chapter's
+    # run replaces the ledger rows of its name: rlcourse.claims.record)
+    recorded = sorted(p.name for p in ledger.glob("*.json"))
+    foreign = [n for n in recorded if not n.startswith(Path(stem).name + "__")]
+    assert not foreign, f"{stem} recorded claims keyed by another chapter: {foreign}"
+    if "glue_verdict(" in (ROOT / f"{stem}.md").read_text():
+        assert recorded, f"{stem} glues verdicts but recorded none in the ledger"
 
 
 LABEL = re.compile(r"^\(([A-Za-z0-9_.:-]+)\)=\s*$", re.MULTILINE)
