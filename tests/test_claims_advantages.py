@@ -7,10 +7,16 @@ test asserts those verdicts are "holds". The gradient-noise measurement must ran
 control (rewards shifted by +1, no baseline) below every baseline estimator, or it could not have
 shown a baseline's effect. A one-seed book-profile measurement made while writing gave SNRs of 0.067
 (control), 0.242 (REINFORCE), 0.193 (batch-mean baseline), 0.147 (RLOO), 0.149 (GRPO), 0.147 (Dr.
-GRPO): RLOO below REINFORCE, as exercise 3's cross term allows, so the RLOO claim is asserted not to
-hold (the 3-seed verdict itself was not run while writing). The length-bias claim had only a one-seed
-run (wrong answers 6.31 vs 6.20 tokens late in training, grpo vs dapo), so only a valid verdict is
-asserted for it.
+GRPO): RLOO below REINFORCE, as exercise 3's cross term allows. The 3-seed verdict was not run while
+writing, so the test asserts only what that measurement supports: the verdict is not "holds" (it may
+be "does not hold" or "inconclusive").
+
+The length-bias claim had only a one-seed run (wrong answers 6.31 vs 6.20 tokens late in training,
+grpo vs dapo); its 3-seed book-profile verdict was not run either. The test asserts what the
+measurement needs and what the claim's direction allows: every seed of both arms still has wrong
+answers in the last quarter of the steps (otherwise the metric is the 0.0 fallback, not a length),
+and the verdict is not "does not hold" (the interval does not lie at or below 0, which the one-seed
+difference of +0.11 tokens in the paper's direction would contradict).
 """
 import numpy as np
 import pytest
@@ -39,10 +45,30 @@ def test_gradient_snr_control_and_rloo_claim():
     mean = {e: np.mean([r[e]["snr"] for r in runs]) for e in runs[0] if e != "seconds"}
     # the positive control has the lowest SNR of all estimators
     assert all(mean["reinforce_shifted"] < m for e, m in mean.items() if e != "reinforce_shifted"), mean
-    # RLOO's SNR is not above REINFORCE's on this model (the one-seed measurement: 0.147 vs 0.242)
-    assert snr_verdict(runs).verdict != "holds", snr_verdict(runs).sentence()
+    # the RLOO claim's verdict is not "holds" ("does not hold" or "inconclusive"; the 3-seed verdict was
+    # not run while writing, the one-seed measurement had RLOO below REINFORCE: 0.147 vs 0.242)
+    v = snr_verdict(runs)
+    assert v.verdict in VALID and v.verdict != "holds", v.sentence()
+
+
+def late_wrong_lengths(runs: dict, loss_type: str) -> list[np.ndarray]:
+    """Per seed, the mean lengths of the wrong answers over the last quarter of the steps (the
+    window of :func:`rlcourse.experiments.length_bias_verdict`), NaN where a step had none."""
+    return [runs[s][loss_type][-max(1, len(runs[s][loss_type]) // 4):, 0] for s in sorted(runs)]
 
 
 @pytest.mark.claims
-def test_length_bias_claim_yields_a_verdict():
-    assert length_bias_verdict(run_length_bias(rlcourse.profile("book"))).verdict in VALID
+def test_length_bias_claim_is_measured_and_not_contradicted():
+    P = rlcourse.profile("book")
+    lb = run_length_bias(P)
+    assert sorted(lb["runs"]) == list(range(P.seeds))
+    for lt in ("grpo", "dapo"):
+        # the metric is a length: every seed has wrong answers late in training (else it is the 0.0 fallback)
+        tails = late_wrong_lengths(lb["runs"], lt)
+        assert all(np.isfinite(t).any() for t in tails), (lt, tails)
+        assert all(np.nanmean(t) >= 1 for t in tails), (lt, tails)  # an answer has at least one token
+    v = length_bias_verdict(lb)
+    # the paper's direction (seq-mean-token-mean lengthens wrong answers) is not contradicted; the 3-seed
+    # verdict itself ("holds" or "inconclusive" both pass) was not run while writing
+    assert v.verdict in VALID and v.verdict != "does not hold", v.sentence()
+    assert v.seeds == P.seeds and v.method_values != v.baseline_values, v.sentence()
