@@ -12,14 +12,13 @@ the machine's speed during the run weighs on both alike.
 import argparse
 import copy
 import os
-import statistics
 import sys
-import tempfile
-import time
+from pathlib import Path
 
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> int:
@@ -37,14 +36,15 @@ def main() -> int:
     try:
         import datasets
         import trl
-        from transformers import TrainerCallback
     except ImportError:
         print("this benchmark needs TRL: pip install -e '.[bench]'")
         return 2
+    from trl_common import alternate, grpo_config, rlcourse_config, step_timer
+
     import rlcourse
     from rlcourse.lm import load_base_model
     from rlcourse.tasks import get_task
-    from rlcourse.train import RLConfig, Trainer
+    from rlcourse.train import Trainer
 
     base, tok = load_base_model("addition", "medium", prof=rlcourse.profile("book"), progress=False)
     task = get_task("addition")
@@ -55,50 +55,24 @@ def main() -> int:
     def reward(completions, answer, **kwargs):
         return [task.score(c, ex).reward for c, ex in zip(completions, [_Ex(a) for a in answer])]
 
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.times, self.t = [], None
-
-        def on_step_begin(self, *a, **k):
-            self.t = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            self.times.append(time.perf_counter() - self.t)
-
     data = datasets.Dataset.from_dict({"prompt": [e.prompt for e in pool], "answer": [e.answer for e in pool]})
 
     def trl_times() -> list[float]:
-        timer = StepTimer()
-        cfg = trl.GRPOConfig(
-            output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.prompts * args.generations,
-            num_generations=args.generations, max_completion_length=args.max_completion_length,
-            learning_rate=args.lr, max_steps=total, beta=0.0, temperature=1.0, loss_type="dapo",
-            logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
-            gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, shuffle_dataset=False,
-            dataloader_num_workers=0, max_grad_norm=1.0, weight_decay=0.0, lr_scheduler_type="constant",
-            warmup_steps=0, disable_tqdm=True,
-        )
+        timer = step_timer()
+        cfg = grpo_config(args.prompts, args.generations, args.max_completion_length, args.lr, total)
         trainer = trl.GRPOTrainer(model=copy.deepcopy(base), reward_funcs=reward, args=cfg, train_dataset=data,
                                   processing_class=tok, callbacks=[timer])
         trainer.train()
         return timer.times[args.warmup:]
 
     def our_times() -> list[dict]:
-        ours = Trainer(copy.deepcopy(base), tok, task, RLConfig(
-            num_generations=args.generations, prompts_per_step=args.prompts,
-            max_completion_length=args.max_completion_length, learning_rate=args.lr, steps=total, beta=0.0,
-            temperature=1.0, loss_type="dapo", max_grad_norm=1.0, progress=False), train_examples=pool)
+        ours = Trainer(copy.deepcopy(base), tok, task, rlcourse_config(args.prompts, args.generations,
+                                                            args.max_completion_length, args.lr, total),
+                       train_examples=pool)
         return ours.train()[args.warmup:]
 
-    trl_all, hist = [], []
-    for _ in range(args.rounds):
-        trl_all += trl_times()
-        hist += our_times()
-    trl_step = statistics.median(trl_all)
-    our_step = statistics.median([m["step_seconds"] for m in hist])
-
-    ratio = our_step / trl_step
-    stages = {key: statistics.median([m[key] for m in hist]) for key in ("time_rollout", "time_update")}
+    run = alternate(trl_times, our_times, args.rounds)
+    trl_step, our_step, ratio, stages = run["trl"], run["ours"], run["ratio"], run["stages"]
     print(f"TRL {trl.__version__} GRPOTrainer: {trl_step:.3f} s/step; rlcourse Trainer: {our_step:.3f} s/step "
           f"({args.prompts} prompts x {args.generations} samples, <= {args.max_completion_length} new tokens, "
           f"median of {args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up)")

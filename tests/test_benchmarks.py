@@ -35,3 +35,24 @@ def test_flop_count_of_the_real_shape():
     n = gpu_check.matmul_params(model)
     assert n == total - sum(p.numel() for p in model.parameters() if p.dim() == 1)
     assert gpu_check.flops_per_token(model, 1024) == 6 * n + 12 * 24 * 896 * 1024
+
+
+def test_grpo_lora_vs_trl_runs_in_its_tiny_form(capsys):
+    import pytest
+    pytest.importorskip("trl")
+    bench = load("grpo_lora_vs_trl")
+    assert bench.main(["--tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "ratio rlcourse / TRL" in out and "GFLOP/s achieved" in out
+
+
+def test_lora_update_flops_count_four_n_per_token():
+    # LoRA's backward still carries activation gradients through the frozen weights: 4 N per token
+    bench = load("grpo_lora_vs_trl")
+    gpu_check = load("gpu_check")
+    from transformers import Qwen2ForCausalLM
+    import torch
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(gpu_check.qwen25_05b_config(tiny=True))
+    n, cfg = gpu_check.matmul_params(model), model.config
+    assert bench.update_flops(model, 10, 32) == 10 * (4 * n + 12 * cfg.num_hidden_layers * cfg.hidden_size * 32)
