@@ -154,3 +154,27 @@ def test_per_prompt_sampler_does_not_depend_on_the_other_prompts():
     assert torch.allclose(shared.logprobs[3:, :alone.response_len], alone.logprobs)
     from rlcourse.rollout import prompt_seed
     assert prompt_seed(4, 2, "a") != prompt_seed(4, 3, "a") and prompt_seed(4, 2, "a") == prompt_seed(4, 2, "a")
+
+
+def test_config_files_refuse_what_they_cannot_mean(tmp_path):
+    from rlcourse.capstone.cli import config_from_mapping, main, read_config_file
+
+    cfg, run = config_from_mapping({"profile": "smoke", "lora_r": 2, "ks": [1, 2], "rl": {"steps": 7}, "seed": 3})
+    assert cfg.lora_r == 2 and cfg.ks == (1, 2) and run == {"profile": "smoke", "seed": 3}
+    assert cfg.rl["steps"] == 7 and cfg.rl["num_generations"] == 4  # rl merged over the profile's
+    with pytest.raises(ValueError, match=r"unknown config keys \['lora_rank'\]"):
+        config_from_mapping({"lora_rank": 4})
+    with pytest.raises(ValueError, match="not fields of RLConfig"):
+        config_from_mapping({"rl": {"stepz": 1}})
+    with pytest.raises(FileNotFoundError, match="no config file"):
+        read_config_file(tmp_path / "missing.toml")
+    bad = tmp_path / "run.ini"
+    bad.write_text("x = 1")
+    with pytest.raises(ValueError, match=r"\.toml, \.yaml"):
+        read_config_file(bad)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="mapping"):
+        read_config_file(listed)
+    with pytest.raises(SystemExit):
+        main(["train"])  # --config is required
