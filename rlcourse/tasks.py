@@ -241,21 +241,30 @@ class ReasoningGym(Task):
                 raise ValueError(f"reasoning-gym could not create {self.dataset!r}: {err}") from err
         return self._cache[key]
 
-    def examples(self, n, seed=0, split="train", distinct=None):  # dataset entries are distinct
+    def examples(self, n, seed=0, split="train", distinct=None):
+        """As :meth:`Task.examples`: ``test`` examples are distinct prompts by default. A small
+        configuration repeats its problems (1-digit arithmetic has a few hundred), so a request for
+        more distinct prompts than the generator yields in ``10 n`` draws is a ValueError."""
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        distinct = (split == "test") if distinct is None else distinct
         share = self.test_fraction if split == "test" else 1 - self.test_fraction
-        size = int(3 * n / share) + 32  # enough draws for n examples of this split
+        size = int((10 if distinct else 3) * n / share) + 32  # enough draws for n examples of this split
         ds = self._generator(2 * seed + (split == "test"), size)
-        out = []
+        out, seen = [], set()
         for i in range(size):
             entry = ds[i]
             prompt = entry["question"]
-            if _in_test_split(prompt, self.test_fraction) == (split == "test"):
-                out.append(Example(prompt=prompt, answer=str(entry["answer"]), solution=str(entry["answer"]),
-                                   meta={"entry": entry, "scorer": ds}))
+            if _in_test_split(prompt, self.test_fraction) != (split == "test") or (distinct and prompt in seen):
+                continue
+            seen.add(prompt)
+            out.append(Example(prompt=prompt, answer=str(entry["answer"]), solution=str(entry["answer"]),
+                               meta={"entry": entry, "scorer": ds}))
             if len(out) == n:
                 return out
+        if distinct:
+            raise ValueError(f"{self.name}: asked for {n} distinct {split} prompts, but {size} draws of the "
+                             f"generator gave only {len(out)}; ask for fewer or widen the configuration")
         raise RuntimeError(f"{self.name}: could not draw {n} {split} examples")
 
     def score(self, completion, example):

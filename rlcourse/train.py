@@ -57,7 +57,8 @@ class RLConfig:
 
     ========================= ==========================================================
     num_generations           G, samples per prompt (contiguous in the batch)
-    prompts_per_step          prompts per step; the batch has ``prompts_per_step * G`` rows
+    prompts_per_step          prompts per step; the batch has ``prompts_per_step * G`` rows (data-
+                              parallel: the whole step's, shared among the processes)
     beta                      KL coefficient; a reference model exists only when beta > 0
     kl_estimator              ``k1``/``k2``/``k3``/``k3+`` (``kl_penalty``)
     kl_in_reward              put ``-beta * k1`` in the per-token reward instead of the loss

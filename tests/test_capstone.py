@@ -39,12 +39,12 @@ def test_tiny_qwen2_round_trips_through_from_pretrained(tiny_path):
     assert type(model).__name__ == "Qwen2ForCausalLM"
     assert tok.padding_side == "left" and tok.pad_token_id is not None
     assert tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False,
-                                   add_generation_prompt=True) == "Q: 1+1?\nA: "
+                                   add_generation_prompt=True) == "Q: 1+1? A: "
     # the lab's character tokenizer comes back as it was written (AutoTokenizer alone would give it
     # Qwen2Tokenizer's byte-level pipeline, which drops the spaces)
-    text = "Q: Calculate 48 + 16.\nA: "
+    text = "Q: Calculate 48 + 16. A: "
     assert tok(text)["input_ids"] == char_chat_tokenizer()(text)["input_ids"]
-    assert tok.decode(tok(text)["input_ids"]) == text
+    assert tok.decode(tok(text)["input_ids"]) == text and tok.unk_token_id not in tok(text)["input_ids"]
     again, _ = load_causal_lm(tiny_path)
     for (name, p), q in zip(model.named_parameters(), again.parameters()):
         assert torch.equal(p, q), name
@@ -148,6 +148,12 @@ def test_reasoning_gym_math_works_offline(monkeypatch):
         assert all(task.score(e.answer, e).reward == 1.0 for e in train)
         assert task.score("\\boxed{" + train[0].answer + "}", train[0]).reward == 1.0
     assert "max_digits=1" in ReasoningGymMath("basic_arithmetic", **ARITH).name
+    # held-out prompts are distinct; 1-digit arithmetic has too few for 128 of them in the test split
+    small = ReasoningGymMath("basic_arithmetic", **ARITH)
+    test = small.examples(10, seed=0, split="test")
+    assert len({e.prompt for e in test}) == 10
+    with pytest.raises(ValueError, match="distinct test prompts"):
+        small.examples(128, seed=0, split="test")
     with pytest.raises(ValueError, match="checker"):
         ReasoningGymMath("basic_arithmetic", checker="regex")
 
@@ -185,7 +191,7 @@ def test_chat_task_renders_and_scores_like_the_inner_task():
     inner = ReasoningGymMath("basic_arithmetic", **ARITH)
     task = ChatTask(inner, tok, instruction=" Answer:")
     ex = task.examples(2)[0]
-    assert ex.prompt == f"Q: {ex.meta['question']} Answer:\nA: "
+    assert ex.prompt == f"Q: {ex.meta['question']} Answer: A: "
     assert task.score(ex.answer, ex).reward == 1.0
     tok.chat_template = None
     with pytest.raises(ValueError, match="chat template"):
@@ -203,7 +209,7 @@ class _Coin(Task):
 
 def test_pass_at_k_evaluation_uses_the_unbiased_estimator(tiny_path):
     model, tok = load_causal_lm(tiny_path)
-    examples = [Example(prompt=f"Q: {i}\nA: ", answer="0", solution="0") for i in range(5)]
+    examples = [Example(prompt=f"Q: {i} A: ", answer="0", solution="0") for i in range(5)]
     out = evaluate_pass_at_k(model, tok, _Coin(), examples, n=6, ks=(1, 3, 6), max_new_tokens=3, seed=0)
     assert len(out["correct"]) == 5
     for k in (1, 3, 6):

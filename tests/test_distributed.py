@@ -125,8 +125,8 @@ def test_cat_batches_keeps_every_row_meaning_what_it_meant():
 
     model, tok = _tiny_lm()
     gen = torch.Generator().manual_seed(0)
-    a = sample(model, tok, ["Q: 1+1?\nA: ", "Q: 12+7?\nA: "], num_generations=2, max_new_tokens=5, generator=gen)
-    b = sample(model, tok, ["Q: 3?\nA: "], num_generations=3, max_new_tokens=3, generator=gen)
+    a = sample(model, tok, ["Q: 1+1? A: ", "Q: 12+7? A: "], num_generations=2, max_new_tokens=5, generator=gen)
+    b = sample(model, tok, ["Q: 3? A: "], num_generations=3, max_new_tokens=3, generator=gen)
     both = cat_batches([a, b], tok.pad_token_id)
     assert len(both) == 7 and both.index.tolist() == [0, 0, 1, 1, 2, 2, 2]
     assert both.texts == a.texts + b.texts and both.prompts == a.prompts + b.prompts
@@ -148,8 +148,8 @@ def test_per_prompt_sampler_does_not_depend_on_the_other_prompts():
 
     model, tok = _tiny_lm()
     sampler, cfg = get_sampler("policy_per_prompt"), RLConfig(num_generations=3, max_completion_length=6, seed=4)
-    alone = sampler(model, tok, ["Q: 5+5?\nA: "], cfg, step=2)
-    shared = sampler(model, tok, ["Q: 1+8?\nA: ", "Q: 5+5?\nA: "], cfg, step=2)
+    alone = sampler(model, tok, ["Q: 5+5? A: "], cfg, step=2)
+    shared = sampler(model, tok, ["Q: 1+8? A: ", "Q: 5+5? A: "], cfg, step=2)
     assert shared.texts[3:] == alone.texts
     assert torch.allclose(shared.logprobs[3:, :alone.response_len], alone.logprobs)
     from rlcourse.rollout import prompt_seed

@@ -133,8 +133,11 @@ def base_task(cfg: CapstoneConfig) -> Task:
 
 
 def _recipe_path(cfg: CapstoneConfig, task: Task) -> Path:
+    """The cache folder of the lab's tiny model: named by everything it is built from (sizes,
+    pre-training, the task and its chat-formatted prompts)."""
     keys = [k for k in asdict(cfg) if k.startswith(("tiny_", "pretrain_"))]
-    recipe = {"version": 1, "task": task.name, **{k: getattr(cfg, k) for k in keys}}
+    chat = ChatTask(task, char_chat_tokenizer(), instruction=cfg.instruction)
+    recipe = {"version": 2, "task": chat.name, **{k: getattr(cfg, k) for k in keys}}
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:12]
     return cache_dir() / "capstone" / f"qwen2-{cfg.tiny_hidden}x{cfg.tiny_layers}-{digest}"
 
@@ -247,7 +250,7 @@ def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | No
     before = evaluate(model)
     policy = add_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.lora_targets, seed=seed)
     info["trainable"] = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    trainer = Trainer(policy, tokenizer, task, rl, eval_examples=eval_examples or None, resume=resume)
+    trainer = Trainer(policy, tokenizer, task, rl, eval_examples=eval_examples, resume=resume)
     trainer.train()
     after = evaluate(policy)
     return {"before": before, "after": after, "history": trainer.history, "info": info, "trainer": trainer,

@@ -19,12 +19,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from ..lm.tokenizer import build_tokenizer
 
 # A short chat template for the character tokenizer (every character is a token, so a short one keeps
-# prompts short): "Q: <question>\nA: ". An instruct model's tokenizer brings its own template.
+# prompts short): "Q: <question> A: ". Its vocabulary is printable ASCII, so turns are separated by a
+# space, not a newline (which it would encode as <unk>). An instruct model's tokenizer brings its own.
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
-    "{% if m['role'] == 'system' %}{{ m['content'] }}\n"
-    "{% elif m['role'] == 'user' %}Q: {{ m['content'] }}\n"
-    "{% else %}A: {{ m['content'] }}{{ eos_token }}\n{% endif %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }} "
+    "{% elif m['role'] == 'user' %}Q: {{ m['content'] }} "
+    "{% else %}A: {{ m['content'] }}{{ eos_token }} {% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}A: {% endif %}"
 )
