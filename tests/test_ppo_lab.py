@@ -1,11 +1,14 @@
-"""The PPO chapter's propositions, checked on the package's losses (fast; no model)."""
+"""The PPO chapter's propositions, checked on the package's losses (fast; no model), and its
+epsilon x reuse sweep on a smoke-sized model."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from rlcourse.losses import compute_pg_loss, compute_policy_loss, compute_value_loss
-from rlcourse.methods.ppo_lab import ARMS, NO_CLIP, clip_zero_grad_region, ppo_claims, ppo_config
+from rlcourse.methods.ppo_lab import (ARMS, NO_CLIP, clip_zero_grad_region, monotone_trend, ppo_claims, ppo_config,
+                                      run_clip_reuse_sweep, trend_sentence)
 from rlcourse.profiles import profile
 
 
@@ -80,3 +83,35 @@ def test_arms_differ_only_in_clip_and_passes():
     assert cfgs["no clip, 4 passes"].epsilon == NO_CLIP
     assert ppo_config(P, 0.2, 1, estimator="gae").advantage_estimator == "gae"
     assert {c.key.split("/")[0] for c in ppo_claims().values()} == {"ppo"}
+
+
+def test_sweep_returns_one_entry_per_epsilon_and_reuse():
+    eps, reuse = (0.1, 0.3), (1, 2, 3)
+    sw = run_clip_reuse_sweep(profile("smoke"), epsilons=eps, reuse=reuse, seeds=[0, 1], steps=1)
+    assert sw["epsilons"] == eps and sw["reuse"] == reuse and sw["seeds"] == [0, 1] and sw["steps"] == 1
+    for key in ("clipfrac", "kl", "final_accuracy"):
+        assert sw[key].shape == (3, 2, 2), key
+        assert np.isfinite(sw[key]).all(), key
+    assert ((sw["clipfrac"] >= 0) & (sw["clipfrac"] <= 1)).all()
+    assert ((sw["final_accuracy"] >= 0) & (sw["final_accuracy"] <= 1)).all()
+    assert sw["base_accuracy"].shape == (2,)
+    # one pass: the ratio is 1 for every token, so nothing is clipped and the KL estimate is ~0
+    assert (sw["clipfrac"][0] == 0).all() and np.abs(sw["kl"][0]).max() < 1e-5
+    # with one pass epsilon cannot matter: the runs of a seed are the same run
+    assert np.array_equal(sw["final_accuracy"][0, 0], sw["final_accuracy"][0, 1])
+    with pytest.raises(ValueError, match="reuse"):
+        run_clip_reuse_sweep(profile("smoke"), reuse=(0,), seeds=[0], steps=1)
+
+
+def test_monotone_trend_and_its_sentences():
+    up = np.array([[[0.0, 0.1], [0.2, 0.3], [0.4, 0.25]]])  # (1 line, 3 points, 2 seeds)
+    t = monotone_trend(up, increasing=True)
+    assert t["mean_holds"] and t["seed_pairs"] == 4 and t["seed_breaks"] == 1
+    assert "1 of the 4" in trend_sentence(t, "x rises", ["a"], ["p", "q", "r"])
+    clean = monotone_trend(up[:, :2], increasing=True)
+    assert clean["seed_breaks"] == 0 and trend_sentence(clean, "x rises", ["a"], ["p", "q"]).startswith("As predicted")
+    down = monotone_trend(up, increasing=False)
+    assert not down["mean_holds"] and down["mean_breaks"] == [(0, 0), (0, 1)]
+    assert "contradicts" in trend_sentence(down, "x falls", ["a"], ["p", "q", "r"])
+    with pytest.raises(ValueError, match="shape"):
+        monotone_trend(np.zeros((2, 1, 3)), True)
