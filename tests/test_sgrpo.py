@@ -211,3 +211,25 @@ def test_sgrpo_claims_are_well_formed():
 
     for c in SGRPO_CLAIMS.values():
         assert c.key.startswith("s_grpo/") and c.source == "abstract" and c.kind == "greater"
+
+
+def test_learning_summary_says_which_verdicts_rest_on_arms_that_learned():
+    import rlcourse.methods.sgrpo_runs as sgr
+
+    def res(add_final):  # base addition 0.2; each arm's final addition accuracy per seed (2 seeds)
+        curve = lambda f: {"addition": np.array([[0.2, f[0]], [0.2, f[1]]]),  # noqa: E731
+                           "sort": np.array([[0.9, 0.9], [0.9, 0.8]])}
+        return {"base": {"addition": 0.2, "sort": 0.9}, "lr": 3e-4, "seeds": [0, 1],
+                "curves": {a: curve(add_final[a]) for a in ("GRPO", "S-GRPO")},
+                "sft": {3e-4: curve(add_final["SFT"])}}
+
+    flat = sgr.learning_summary(res({"GRPO": (0.21, 0.19), "S-GRPO": (0.25, 0.22), "SFT": (0.2, 0.2)}))
+    assert flat["threshold"] == sgr.LEARNED_GAIN == 0.05
+    assert np.allclose(flat["gain"]["S-GRPO"], [0.05, 0.02]) and flat["mean"]["S-GRPO"] == pytest.approx(0.035)
+    assert not any(flat["learned"].values()) and flat["weak"] == ["vs-grpo", "vs-sft-gain", "forgetting"]
+    assert "No arm gained 0.05 or more" in flat["sentence"] and "+0.050, +0.020" in flat["sentence"]
+    some = sgr.learning_summary(res({"GRPO": (0.3, 0.35), "S-GRPO": (0.2, 0.2), "SFT": (0.2, 0.2)}))
+    assert some["learned"] == {"GRPO": True, "S-GRPO": False, "SFT lr=0.0003": False}
+    assert some["weak"] == ["vs-sft-gain", "forgetting"] and "say little" in some["sentence"]
+    every = sgr.learning_summary(res({"GRPO": (0.3, 0.3), "S-GRPO": (0.4, 0.4), "SFT": (0.3, 0.3)}))
+    assert every["weak"] == [] and "Every verdict below involves an arm that learned" in every["sentence"]
