@@ -224,6 +224,10 @@ def test_capstone_config_checks_its_keys():
         capstone_config("smoke", rl={"stepz": 3})
     with pytest.raises(ValueError, match="pass@k"):
         capstone_config("smoke", eval_samples=2, ks=(1, 4))
+    from rlcourse.capstone.grpo_lora import base_task
+    assert base_task(capstone_config("book")).name == "addition"
+    with pytest.raises(ValueError, match="takes no task_config"):
+        base_task(capstone_config("book", task_config={"digits": 3}))
     full = capstone_config("full")
     assert full.model == os.environ.get("RLCOURSE_CAPSTONE_MODEL", "Qwen/Qwen2.5-0.5B-Instruct")
     assert full.dtype == "bfloat16" and full.gradient_checkpointing
