@@ -18,6 +18,11 @@ loss of the whole step is ``sum_r S_r / sum_r n_r`` (``S_r`` the sum of per-toke
 gradients of locally normalised losses does, weighs a token of a process with short responses more
 than a token of one with long responses; the two agree only when every ``n_r`` is equal.
 
+What stays per process: the ``state`` of stateful parts (a prompt sampler's history, P-GRPO's reward
+history) sees only that process's rows, and statistics of the whole batch (``scale_rewards="batch"``,
+whitened advantages) are refused under data parallelism rather than computed from a share. Rank 0's
+state is the one a checkpoint keeps.
+
 This is what ``DistributedDataParallel`` computes (it averages gradients; we sum, because our
 denominators are already global), without its overlap of communication with the backward pass:
 clear rather than fast. The process group comes from :mod:`torch.distributed` (``gloo`` on CPU,
