@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from ..distributed import current as current_group
-from ..metrics import pass_at_k
 from ..profiles import Profile, cache_dir, profile as current_profile
 from ..tasks import Example, Task, get_task
 from ..train import RLConfig, Trainer
@@ -201,12 +200,15 @@ def prepare_base_model(cfg: CapstoneConfig, progress: bool = True):
 def evaluate_pass_at_k(model, tokenizer, task: Task, examples: Sequence[Example], n: int, ks: Sequence[int],
                        max_new_tokens: int, temperature: float = 1.0, seed: int = 0, prompts_per_batch: int = 32,
                        progress: bool = False) -> dict:
-    """pass@k on held-out ``examples`` with the unbiased estimator (:func:`rlcourse.metrics.pass_at_k`):
+    """pass@k on held-out ``examples`` with the unbiased estimator (:func:`rlcourse.testtime.pass_at_k_curve`):
     ``n`` samples per prompt at ``temperature``, ``c`` of them correct, pass@k averaged over prompts.
-    Also the greedy accuracy. Returns ``{"pass@<k>": ..., "greedy": ..., "correct": (N,) counts}``."""
+    Also the greedy accuracy (:func:`rlcourse.lm.zoo.greedy_accuracy`). Returns
+    ``{"pass@<k>": ..., "greedy": ..., "correct": (N,) counts}``."""
     from tqdm import tqdm
 
     from ..lm.sampling import sample
+    from ..lm.zoo import greedy_accuracy
+    from ..testtime import pass_at_k_curve
 
     if any(not 1 <= k <= n for k in ks):
         raise ValueError(f"every k must be in [1, n={n}], got {list(ks)}")
@@ -214,19 +216,17 @@ def evaluate_pass_at_k(model, tokenizer, task: Task, examples: Sequence[Example]
     if not examples:
         raise ValueError("evaluate_pass_at_k needs at least one example")
     gen = torch.Generator().manual_seed(seed)
-    correct, greedy = [], []
+    correct = []
     for i in tqdm(range(0, len(examples), prompts_per_batch), desc="eval", disable=not progress):
         chunk = examples[i:i + prompts_per_batch]
-        prompts = [e.prompt for e in chunk]
-        batch = sample(model, tokenizer, prompts, num_generations=n, max_new_tokens=max_new_tokens,
+        batch = sample(model, tokenizer, [e.prompt for e in chunk], num_generations=n, max_new_tokens=max_new_tokens,
                        temperature=temperature, generator=gen)
         rewards = task.rewards(batch.texts, [e for e in chunk for _ in range(n)]).reshape(len(chunk), n)
-        correct += (rewards >= 1.0).sum(1).tolist()
-        g = sample(model, tokenizer, prompts, temperature=0.0, max_new_tokens=max_new_tokens)
-        greedy += task.rewards(g.texts, chunk).tolist()
-    out = {f"pass@{k}": float(np.mean([pass_at_k(n, int(c), k) for c in correct])) for k in ks}
-    out["greedy"] = float(np.mean(greedy))
-    out["correct"] = correct
+        correct.append((rewards >= 1.0).astype(float))
+    correct = np.concatenate(correct)
+    out = {f"pass@{k}": float(v) for k, v in zip(ks, pass_at_k_curve(correct, ks))}
+    out["greedy"] = greedy_accuracy(model, tokenizer, task, examples, max_new_tokens, batch_size=prompts_per_batch)
+    out["correct"] = correct.sum(1).astype(int).tolist()
     return out
 
 
