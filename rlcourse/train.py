@@ -340,9 +340,10 @@ class Trainer:
         offered = dict(token_level_rewards=token_level_rewards, response_mask=mask, index=batch.index,
                        values=values, gamma=cfg.gamma, lam=cfg.lam, norm_adv_by_std_in_grpo=cfg.scale_rewards == "group",
                        batch=batch, examples=per_row, scores=scores, state=self.state, step=k, model=self.model)
-        clash = sorted(set(batch.extras) & set(offered))
+        clash = sorted(set(batch.extras) & (set(offered) | LOSS_ARGUMENTS | set(cfg.loss_kwargs)))
         if clash:
-            raise ValueError(f"the sampler's batch.extras {clash} shadow arguments the loop passes to estimators")
+            raise ValueError(f"the sampler's batch.extras {clash} shadow arguments the loop passes to estimators "
+                             "or policy losses")
         advantages, returns = call_with_supported(self.estimator, **offered, **batch.extras, **cfg.advantage_kwargs)
         if cfg.scale_rewards == "batch" and cfg.advantage_estimator == "grpo":
             advantages = advantages / (advantages[:, 0].std() + 1e-6) * mask  # PPO-Lite: batch std
@@ -418,11 +419,15 @@ class Trainer:
         P = batch.prompt_ids.shape[1]
         if len(live):
             keep_p = int(batch.prompt_mask[live].sum(-1).max())
-            T = max(1, int(mask[live].sum(-1).max()))
+            T = max(1, int(batch.response_attention[live].sum(-1).max()))
             input_ids, attention_mask = input_ids[:, P - keep_p:P + T], attention_mask[:, P - keep_p:P + T]
         prompt_len = input_ids.shape[1] - T
         mask, old_logprobs, advantages = mask[:, :T], old_logprobs[:, :T], advantages[:, :T]
         ref_logprobs, returns, values = (None if x is None else x[:, :T] for x in (ref_logprobs, returns, values))
+        # per-token extras of the sampler reach a policy loss that names them (e.g. a replay sampler's
+        # importance weights, a multi-turn sampler's turn index); a loss that does not name one never sees it
+        extras = {key: v[:, :T] for key, v in batch.extras.items()
+                  if key in inspect.signature(self.policy_loss).parameters}
         n_micro = self.dp.sum(-(-len(live) // mb)) if cfg.loss_type == "bnpo" else 1  # see above (all processes)
         self.model.train()
         for _ in range(cfg.num_iterations):
@@ -436,7 +441,7 @@ class Trainer:
                     self.policy_loss, agg, old_log_prob=old_logprobs[rows], log_prob=logp, advantages=advantages[rows],
                     response_mask=mask[rows], clip_ratio_low=cfg.epsilon,
                     clip_ratio_high=cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon,
-                    clip_ratio_c=cfg.clip_ratio_c, **cfg.loss_kwargs)
+                    clip_ratio_c=cfg.clip_ratio_c, **{key: v[rows] for key, v in extras.items()}, **cfg.loss_kwargs)
                 self._check(k, "policy loss", pg_loss)
                 loss = pg_loss
                 if ref_logprobs is not None and not cfg.kl_in_reward:
@@ -620,6 +625,10 @@ class Trainer:
             (self.output_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in self.history))
             write_csv(self.history, self.output_dir / "metrics.csv")
 
+
+# the arguments the loop passes to every policy loss (an extra of the same name would shadow one)
+LOSS_ARGUMENTS = {"old_log_prob", "log_prob", "advantages", "response_mask", "clip_ratio_low", "clip_ratio_high",
+                  "clip_ratio_c", "loss_agg_mode", "global_tokens", "global_seqs", "max_len"}
 
 # metrics that are each process's part of a global sum (their denominators are global) or counts
 GLOBAL_SUM_METRICS = {"loss", "kl", "entropy", "vf_loss", "response_tokens", "prompt_tokens"}

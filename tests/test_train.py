@@ -325,3 +325,80 @@ def test_part_kwargs_reach_the_part_and_misspelt_ones_are_refused(tiny):
         make(tiny, advantage_estimator="rloo", advantage_kwargs={"epsilon": 1e-6})
     with pytest.raises(ValueError, match="given by the loop"):
         make(tiny, sampler_kwargs={"step": 3})
+
+
+def test_extras_reach_a_policy_loss_that_names_them_and_no_other(tiny):
+    """A sampler's per-token extras reach the policy loss by name, cropped and split like the other
+    per-token tensors; a loss that does not name them runs as before; a shadowing name is refused."""
+    from rlcourse.losses import compute_policy_loss as compute_policy_loss_vanilla
+    from rlcourse.rollout import policy_sampler
+    seen = []
+
+    def tagging_sampler(model, tokenizer, prompts, config, generator, state):
+        batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        batch.extras["row_tag"] = torch.arange(len(batch), dtype=torch.float32)[:, None] * batch.response_mask
+        return batch
+
+    def recording_loss(old_log_prob, log_prob, advantages, response_mask, row_tag, **kwargs):
+        seen.append((row_tag.clone(), response_mask.clone()))
+        return compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, **kwargs)
+
+    make(tiny, sampler=tagging_sampler, policy_loss=recording_loss, skip_zero_advantage_rows=False,
+         micro_batch_size=5, steps=1).train()
+    tags = torch.cat([t for t, _ in seen])
+    masks = torch.cat([m for _, m in seen])
+    assert len(seen) == 3 and tags.shape == masks.shape  # 12 rows in micro-batches of 5, 5, 2
+    assert torch.equal(tags, torch.arange(12.0)[:, None] * masks)
+    make(tiny, sampler=tagging_sampler, steps=1).train()  # the vanilla loss does not name row_tag
+
+    def shadowing_sampler(model, tokenizer, prompts, config, generator, state):
+        batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        batch.extras["old_log_prob"] = batch.logprobs
+        return batch
+
+    with pytest.raises(ValueError, match="shadow"):
+        make(tiny, sampler=shadowing_sampler, steps=1).train()
+
+
+def test_attended_tokens_outside_the_loss_stay_in_the_context(tiny):
+    """Tokens with attention 1 and response_mask 0 (a multi-turn episode's environment replies) are
+    read by the model and left out of the loss: the trainer's log-probs on the loss tokens equal a
+    forward pass over the whole sequence, and differ from one that drops the masked-out tokens."""
+    from rlcourse.lm import response_logprobs
+    from rlcourse.losses import compute_policy_loss as compute_policy_loss_vanilla
+    from rlcourse.rollout import policy_sampler
+    captured = {}
+
+    def interleaved_sampler(model, tokenizer, prompts, config, generator, state):
+        batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        attention = batch.response_mask.clone()
+        mask = attention.clone()
+        mask[:, 1] = 0.0  # the second token of every row is read, not trained (every row has >= 2 tokens)
+        attention[:, :2] = 1.0
+        mask[:, 0] = 1.0
+        with torch.no_grad():
+            full = torch.cat([batch.prompt_mask, attention.long()], 1)
+            logprobs = response_logprobs(model, batch.input_ids, full, batch.response_len, batch.temperature)
+        captured["batch"] = (batch.input_ids, full, batch.response_len, mask)
+        from dataclasses import replace
+        return replace(batch, response_mask=mask, attention=attention, logprobs=logprobs * mask,
+                       entropy=None)
+
+    def recording_loss(old_log_prob, log_prob, advantages, response_mask, **kwargs):
+        captured.setdefault("logp", []).append((log_prob.detach().clone(), old_log_prob.clone()))
+        return compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, **kwargs)
+
+    tr = make(tiny, sampler=interleaved_sampler, policy_loss=recording_loss, skip_zero_advantage_rows=False,
+              share_prompt_forward=False, steps=1)
+    model_before = copy.deepcopy(tr.model)
+    m = tr.step()
+    (logp, old), = captured["logp"]
+    ids, full, T, mask = captured["batch"]
+    assert m["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert torch.allclose((logp * mask[:, :logp.shape[1]]), old, atol=1e-5)
+    dropped = full.clone()
+    dropped[:, -T + 1] = 0  # the same rows without the read-only token in the context
+    with torch.no_grad():
+        other = response_logprobs(model_before, ids, dropped, T, 1.0)
+    keep = mask[:, 2:3] == 1
+    assert not torch.allclose(other[:, 2:3][keep], old[:, 2:3][keep], atol=1e-4)

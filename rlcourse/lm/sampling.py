@@ -37,7 +37,13 @@ class RolloutBatch:
                                :meth:`widen` carry them, so they survive any later step
     scores           ``(B,)``  the rewards, when the sampler already scored the rows with the
                                loop's reward (the trainer then uses them); None otherwise
+    attention        ``(B,T)`` 1 on every real token of the response side, in the loss or not
+                               (a multi-turn episode's environment replies are read by the model
+                               but masked out of the loss); None means ``response_mask``
     ================ ========= ================================================================
+
+    The response side must be right-padded: ``attention`` (or ``response_mask``) is 1 on a prefix of
+    each row and 0 after it.
     """
 
     prompt_ids: torch.Tensor
@@ -53,15 +59,18 @@ class RolloutBatch:
     entropy: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     scores: torch.Tensor | None = None
+    attention: torch.Tensor | None = None
 
     def __post_init__(self):
         shape = tuple(self.response_ids.shape)
         for name, x in [("response_mask", self.response_mask), ("logprobs", self.logprobs),
-                        ("entropy", self.entropy), *((f"extras[{k!r}]", v) for k, v in self.extras.items())]:
+                        ("entropy", self.entropy), ("attention", self.attention), *((f"extras[{k!r}]", v) for k, v in self.extras.items())]:
             if x is not None and tuple(x.shape) != shape:
                 raise ValueError(f"RolloutBatch: {name} has shape {tuple(x.shape)}, response_ids {shape}")
         if self.scores is not None and tuple(self.scores.shape) != shape[:1]:
             raise ValueError(f"RolloutBatch: scores has shape {tuple(self.scores.shape)}, expected ({shape[0]},)")
+        if self.attention is not None and bool(((self.response_mask != 0) & (self.attention == 0)).any()):
+            raise ValueError("RolloutBatch: a token is in the loss (response_mask 1) but not attended (attention 0)")
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -69,8 +78,13 @@ class RolloutBatch:
         return torch.cat([self.prompt_ids, self.response_ids], dim=1)
 
     @property
+    def response_attention(self) -> torch.Tensor:
+        """``(B,T)``: 1 on every real response-side token (``attention``, else ``response_mask``)."""
+        return self.response_mask if self.attention is None else self.attention
+
+    @property
     def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, self.response_mask.long()], dim=1)
+        return torch.cat([self.prompt_mask, self.response_attention.long()], dim=1)
 
     @property
     def response_len(self) -> int:
@@ -94,19 +108,21 @@ class RolloutBatch:
             tensors["entropy"] = self.entropy[rows]
         if self.scores is not None:
             tensors["scores"] = self.scores[rows]
+        if self.attention is not None:
+            tensors["attention"] = self.attention[rows]
         return replace(self, **tensors, extras={k: v[rows] for k, v in self.extras.items()},
                        prompts=[self.prompts[i] for i in pick], texts=[self.texts[i] for i in pick])
 
     def widen(self, T: int, pad_token_id: int) -> "RolloutBatch":
         """A copy whose per-token tensors are right-padded to ``T`` columns (``response_ids`` with
-        ``pad_token_id``; the mask, log-probs, entropy and every extra with 0). ``T`` below the
+        ``pad_token_id``; the masks, log-probs, entropy and every extra with 0). ``T`` below the
         current width is an error; equal returns a copy."""
         extra = int(T) - self.response_len
         if extra < 0:
             raise ValueError(f"widen: T={T} is narrower than the batch's {self.response_len} columns")
         pad = lambda x, v=0.0: None if x is None else torch.nn.functional.pad(x, (0, extra), value=v)  # noqa: E731
         return replace(self, response_ids=pad(self.response_ids, pad_token_id), response_mask=pad(self.response_mask),
-                       logprobs=pad(self.logprobs), entropy=pad(self.entropy),
+                       logprobs=pad(self.logprobs), entropy=pad(self.entropy), attention=pad(self.attention),
                        extras={k: pad(v) for k, v in self.extras.items()})
 
 
@@ -116,7 +132,8 @@ def cat_batches(batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBa
 
     ======== ========================================================================
     batches  a non-empty sequence of :class:`RolloutBatch` sampled at one temperature, all
-             with or all without ``entropy`` and ``scores``, with the same ``extras`` keys
+             with or all without ``entropy``, ``scores`` and ``attention``, with the same
+             ``extras`` keys
     returns  ``(sum of B, max P)`` prompts and ``(sum of B, max T)`` responses
     ======== ========================================================================
 
@@ -130,6 +147,7 @@ def cat_batches(batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBa
     for name, same in [("temperature", lambda b: b.temperature == first.temperature),
                        ("entropy (recorded or not)", lambda b: (b.entropy is None) == (first.entropy is None)),
                        ("scores (given or not)", lambda b: (b.scores is None) == (first.scores is None)),
+                       ("attention (given or not)", lambda b: (b.attention is None) == (first.attention is None)),
                        ("extras keys", lambda b: set(b.extras) == set(first.extras))]:
         if not all(same(b) for b in batches):
             raise ValueError(f"cat_batches: the batches differ in {name}")
@@ -150,7 +168,8 @@ def cat_batches(batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBa
         prompts=[p for b in wide for p in b.prompts], texts=[t for b in wide for t in b.texts],
         temperature=first.temperature, entropy=None if first.entropy is None else cat("entropy"),
         extras={k: torch.cat([b.extras[k] for b in wide]) for k in first.extras},
-        scores=None if first.scores is None else cat("scores"))
+        scores=None if first.scores is None else cat("scores"),
+        attention=None if first.attention is None else cat("attention"))
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
