@@ -18,15 +18,26 @@ Turns are sampled with :func:`rlcourse.lm.sample` on the text of the episode so 
 it records are those of the model on exactly the tokens the training forward pass will see; the
 tokenizer must therefore encode the concatenated text as the concatenation of the parts (the book's
 character tokenizer does; :func:`check_concatenation` refuses a tokenizer that does not).
+
+For the training loop, the module registers the task ``"frozenlake"`` (examples carry the map in
+``meta["map_seed"]``; the verifier replays a transcript in the environment) and the sampler
+``"multiturn"`` (``G`` episodes per prompt, environment replies in ``attention`` but not in
+``response_mask``, ``extras["turn_index"]``, and optionally a behaviour policy ``lag`` updates old).
 """
 from __future__ import annotations
 
+import copy
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
-from .lm.sampling import sample
+from .envs.frozenlake import TextFrozenLake
+from .lm.sampling import RolloutBatch, encode_prompts, sample
+from .rollout import register_sampler
+from .tasks import Example, Score, Task, register_task
 
 
 @dataclass
@@ -45,6 +56,7 @@ class Episodes:
     reasons: list[str] = field(default_factory=list)
     transcripts: list[str] = field(default_factory=list)
     temperature: float = 1.0
+    agent_turns: list[list[str]] = field(default_factory=list)  # each row's turns as the environment received them
 
 
 def check_concatenation(tokenizer, parts: Sequence[str]) -> list[int]:
@@ -88,6 +100,7 @@ def play_episodes(model, tokenizer, envs: Sequence, reset_kwargs: Sequence[dict]
     ent: list[list[float]] = [[] for _ in range(B)]
     rewards = torch.zeros(B)
     turns = torch.zeros(B, dtype=torch.long)
+    agent_turns: list[list[str]] = [[] for _ in range(B)]
     reasons = [""] * B
     running = list(range(B))
     for k in range(max_turns):
@@ -106,6 +119,7 @@ def play_episodes(model, tokenizer, envs: Sequence, reset_kwargs: Sequence[dict]
             logp[i] += batch.logprobs[j][keep].tolist()
             ent[i] += batch.entropy[j][keep].tolist()
             turns[i] = k + 1
+            agent_turns[i].append(turn_text)
             reply, reward, terminated, truncated, info = envs[i].step(turn_text)
             rewards[i] += float(reward)
             texts[i].append(turn_text)
@@ -139,7 +153,8 @@ def play_episodes(model, tokenizer, envs: Sequence, reset_kwargs: Sequence[dict]
     return Episodes(prompts=prompts, response_ids=padded(ids, pad, torch.long), response_mask=padded(mask, 0.0, torch.float32),
                     attention=attention, turn_index=padded(turn, -1, torch.long), logprobs=padded(logp, 0.0, torch.float32),
                     entropy=padded(ent, 0.0, torch.float32), rewards=rewards, turns=turns, reasons=reasons,
-                    transcripts=["".join(t) for t in texts], temperature=1.0 if temperature == 0 else float(temperature))
+                    transcripts=["".join(t) for t in texts], temperature=1.0 if temperature == 0 else float(temperature),
+                    agent_turns=agent_turns)
 
 
 def expert_sft_examples(transcripts: Callable[[int], tuple[str, list[str], list[str]]], seeds: Sequence[int]):
@@ -157,3 +172,137 @@ def expert_sft_examples(transcripts: Callable[[int], tuple[str, list[str], list[
                 is_agent.append(False)
         out.append((prompt, parts, is_agent))
     return out
+
+
+# ---------------------------------------------------------------------- the task and the sampler
+TURN_SEP = "\n"  # ends each agent turn in a batch's texts; the book's tokenizer cannot produce it
+
+
+def episode_text(agent_turns: Sequence[str]) -> str:
+    """A row's ``batch.texts`` entry: the agent's turns as the environment received them, each ended
+    by :data:`TURN_SEP` (so the verifier can replay the episode exactly)."""
+    return "".join(t + TURN_SEP for t in agent_turns)
+
+
+def split_turns(completion: str) -> list[str]:
+    """The turns of a completion: a multi-turn text (:func:`episode_text`) is split at :data:`TURN_SEP`;
+    a single-turn completion without it is an open-loop plan, one move per character (spaces ignored)."""
+    if TURN_SEP in completion:
+        turns = completion.split(TURN_SEP)
+        return turns[:-1] if turns[-1] == "" else turns
+    return [c for c in completion if not c.isspace()]
+
+
+def replay(completion: str, map_seed: int, max_turns: int = 8, size: int = 4) -> Score:
+    """Play the turns of ``completion`` on map ``map_seed``: the return and the reason the episode
+    ended (a completion that stops before the episode ends scores 0, "unfinished")."""
+    env = TextFrozenLake(size=size, max_turns=max_turns)
+    env.reset(options={"map_seed": int(map_seed)})
+    total = 0.0
+    for turn in split_turns(completion):
+        _, reward, terminated, truncated, info = env.step(turn)
+        total += reward
+        if terminated or truncated:
+            return Score(total, info.get("reason", ""))
+    return Score(0.0, "unfinished")
+
+
+class FrozenLakeTask(Task):
+    """The text FrozenLake as a task: ``prompt`` is the environment's first observation,
+    ``meta["map_seed"]`` the map, ``answer`` and ``solution`` a shortest path (an open-loop plan).
+    :meth:`score` replays the completion's turns in the environment (see :func:`split_turns`)."""
+
+    name = "frozenlake"
+
+    def __init__(self, size: int = 4, max_turns: int = 8):
+        self.size, self.max_turns = size, max_turns
+
+    def _draw(self, rng: np.random.Generator) -> Example:
+        env = TextFrozenLake(size=self.size, max_turns=self.max_turns)
+        prompt, info = env.reset(options={"map_seed": int(rng.integers(2**31))})
+        return Example(prompt=prompt, answer=info["optimal"], solution=info["optimal"],
+                       meta={"map_seed": info["map_seed"], "max_turns": self.max_turns, "size": self.size})
+
+    def score(self, completion: str, example: Example) -> Score:
+        if "map_seed" not in example.meta:
+            return Score(0.0, "not a frozenlake example (no meta['map_seed'])")
+        return replay(completion, example.meta["map_seed"], example.meta.get("max_turns", self.max_turns),
+                      example.meta.get("size", self.size))
+
+
+register_task("frozenlake")(FrozenLakeTask)
+
+STATE_KEY = "multiturn"
+_SCRATCH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> a copy to load old weights into
+
+
+def lagged_policy(model, state: dict, lag: int):
+    """The policy ``lag`` calls ago (the current one for ``lag = 0``). The weights of the last
+    ``lag + 1`` calls are kept in ``state["multiturn"]["weights"]`` (CPU tensors, so a checkpoint holds
+    them and a resumed run samples with the same behaviour policy); the oldest is loaded into a
+    scratch copy of ``model``. Before ``lag`` calls have been made, the oldest kept weights serve."""
+    if lag < 0:
+        raise ValueError(f"lag must be >= 0, got {lag}")
+    memo = state.setdefault(STATE_KEY, {})
+    if lag == 0:
+        memo.pop("weights", None)
+        return model
+    kept = memo.setdefault("weights", [])
+    kept.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+    del kept[:-(lag + 1)]
+    scratch = _SCRATCH.get(model)
+    if scratch is None:
+        scratch = _SCRATCH[model] = copy.deepcopy(model).eval().requires_grad_(False)
+    scratch.load_state_dict(kept[0])
+    return scratch
+
+
+@register_sampler("multiturn")
+def multiturn_sampler(model, tokenizer, prompts, config, generator, state, examples=None, lag: int = 0,
+                      max_turns: int | None = None, tokens_per_turn: int = 2) -> RolloutBatch:
+    """``G = config.num_generations`` FrozenLake episodes per prompt, one row each, with the behaviour
+    policy ``lag`` updates old (:func:`lagged_policy`; its log-probs are the batch's ``logprobs``).
+
+    ================ ========= =======================================================
+    response_mask    ``(B,T)`` 1 on the agent's tokens; environment replies are 0
+    attention        ``(B,T)`` 1 on the agent's and the environment's tokens
+    extras           dict      ``"turn_index"``: ``(B,T)`` long, the turn of each token
+    texts            ``B``     :func:`episode_text`: what the task's verifier replays (the
+                               ``"task"`` reward is then the episode's return)
+    truncated        ``(B,)``  episodes that ran out of turns
+    ================ ========= =======================================================
+
+    Needs the step's examples of the ``frozenlake`` task (``meta['map_seed']``); temperature sampling
+    only (``top_k``/``top_p`` are refused). With ``lag > 0`` no entropy is recorded (it would be the
+    old policy's), so the trainer computes the current one.
+    """
+    if examples is None:
+        raise ValueError("the multiturn sampler needs the step's examples of the 'frozenlake' task "
+                         "(the trainer passes them)")
+    if len(examples) != len(prompts) or any(e.prompt != p for e, p in zip(examples, prompts)):
+        raise ValueError("multiturn: examples must be the examples of the prompts, in order")
+    for e in examples:
+        if "map_seed" not in e.meta:
+            raise ValueError(f"the multiturn sampler plays the 'frozenlake' task; example {e.prompt!r} has no "
+                             "meta['map_seed']")
+    if config.top_k or config.top_p != 1.0:
+        raise ValueError(f"the multiturn sampler samples at a temperature only; got top_k={config.top_k}, "
+                         f"top_p={config.top_p}")
+    G = config.num_generations
+    per_row = [e for e in examples for _ in range(G)]
+    turns = max_turns or per_row[0].meta.get("max_turns", 8)
+    envs = [TextFrozenLake(size=e.meta.get("size", 4), max_turns=turns) for e in per_row]
+    behaviour = lagged_policy(model, state, lag)
+    ep = play_episodes(behaviour, tokenizer, envs, [{"options": {"map_seed": e.meta["map_seed"]}} for e in per_row],
+                       max_turns=turns, tokens_per_turn=tokens_per_turn, temperature=config.temperature,
+                       generator=generator)
+    if ep.prompts != [e.prompt for e in per_row]:
+        raise ValueError("multiturn: the environment's first observation differs from the example's prompt")
+    p_ids, p_mask = encode_prompts(tokenizer, ep.prompts)
+    return RolloutBatch(prompt_ids=p_ids, prompt_mask=p_mask, response_ids=ep.response_ids,
+                        response_mask=ep.response_mask, logprobs=ep.logprobs,
+                        index=torch.arange(len(prompts)).repeat_interleave(G),
+                        truncated=torch.tensor([r == "out of turns" for r in ep.reasons]),
+                        prompts=ep.prompts, texts=[episode_text(t) for t in ep.agent_turns],
+                        temperature=ep.temperature, entropy=ep.entropy if lag == 0 else None,
+                        extras={"turn_index": ep.turn_index}, attention=ep.attention)
