@@ -1,0 +1,332 @@
+"""Freshness-aware prioritised replay on FrozenLake with a tabular softmax policy (the chapter's toy).
+
+*Freshness-Aware Prioritized Experience Replay for LLM/VLM Reinforcement Learning*, Weiyu Ma et al.
+(2026, arXiv:2604.16918). The replay pieces (:class:`~rlcourse.replay.ReplayBuffer`, its sum-tree,
+the priorities and importance weights) live in :mod:`rlcourse.replay`, where the registered
+``"replay"`` sampler uses them in the language-model loop; this module runs the *same* buffer on
+Gymnasium's deterministic FrozenLake (maps of :func:`rlcourse.envs.frozenlake.make_map`), with a
+tabular softmax policy trained by a REINFORCE++-style clipped surrogate (the authors' backbone):
+advantages are the episode returns normalised over the whole batch (fresh and replayed), each
+replayed trajectory's loss is multiplied by its PER weight, and its ratio is taken against the
+behaviour log-probs stored with it. Success is measured exactly (dynamic programming over the
+horizon), so the curves carry no evaluation noise.
+
+Arms: on-policy (no replay), uniform replay, standard PER (``|R| + eps``, no decay) and
+Freshness-Aware PER (``|R| + eps`` times ``exp(-age / tau)``), each at the same number of fresh
+episodes per step.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+
+from ..claims import Claim, Verdict, evaluate
+from ..envs.frozenlake import make_map
+from ..profiles import Profile, one_torch_thread
+from ..replay import ReplayBuffer, kish_ess
+
+PAPER = ("Freshness-Aware Prioritized Experience Replay for LLM/VLM Reinforcement Learning, W. Ma, Y. Zeng, "
+         "Y. Song, X. Cui, J. Zhao, X. Liu, M. Elhoseiny (2026, arXiv:2604.16918)")
+
+
+# ---------------------------------------------------------------------- the lake
+def lake_tables(desc: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gymnasium's deterministic FrozenLake as arrays, read from the environment's own table ``P``.
+
+    ======  =======  ==========================================
+    next    (S, A)   next state of action a in state s
+    reward  (S, A)   reward of the transition (1 into the goal)
+    done    (S, A)   True if the transition ends the episode
+    ======  =======  ==========================================
+    """
+    env = FrozenLakeEnv(desc=desc, is_slippery=False)
+    S, A = env.observation_space.n, env.action_space.n
+    nxt, rew, done = np.zeros((S, A), np.int64), np.zeros((S, A)), np.zeros((S, A), bool)
+    for s in range(S):
+        for a in range(A):
+            (prob, s2, r, d), = env.P[s][a]
+            nxt[s, a], rew[s, a], done[s, a] = s2, r, d
+    return nxt, rew, done
+
+
+def success_probability(pi: np.ndarray, tables, horizon: int, start: int = 0) -> float:
+    """Exact probability that the ``(S, A)`` policy ``pi`` reaches the goal within ``horizon`` moves
+    (backward induction ``v_h(s) = sum_a pi(a|s) [r(s,a) + (1 - done) v_{h-1}(s')]``)."""
+    nxt, rew, done = tables
+    v = np.zeros(pi.shape[0])
+    for _ in range(horizon):
+        v = (pi * (rew + (~done) * v[nxt])).sum(1)
+    return float(v[start])
+
+
+def rollout(logits: torch.Tensor, tables, horizon: int, episodes: int, gen: torch.Generator) -> dict:
+    """``episodes`` episodes of the softmax policy, vectorised.
+
+    ========  =========  ==========================================================
+    states    (E, H)     state before each move (0 after the episode ended)
+    actions   (E, H)     moves taken
+    logp      (E, H)     behaviour log-probs of the moves (float32)
+    mask      (E, H)     1 on the moves of the episode
+    R         (E,)       return: 1 if the goal was reached within ``horizon`` moves
+    ========  =========  ==========================================================
+    """
+    nxt, rew, done = (torch.as_tensor(x) for x in tables)
+    logp_all = torch.log_softmax(logits.detach(), -1)
+    E, H = episodes, horizon
+    s = torch.zeros(E, dtype=torch.long)
+    alive = torch.ones(E, dtype=torch.bool)
+    out = {k: torch.zeros(E, H, dtype=dt) for k, dt in
+           (("states", torch.long), ("actions", torch.long), ("logp", torch.float32), ("mask", torch.float32))}
+    R = torch.zeros(E)
+    for t in range(H):
+        a = torch.multinomial(logp_all[s].exp(), 1, generator=gen).squeeze(-1)
+        out["states"][:, t], out["actions"][:, t] = s * alive, a * alive
+        out["logp"][:, t] = logp_all[s, a] * alive
+        out["mask"][:, t] = alive.float()
+        R += alive * rew[s, a].float()
+        alive = alive & ~done[s, a]
+        s = nxt[s, a]
+    out["R"] = R
+    return out
+
+
+# ---------------------------------------------------------------------- training
+@dataclass(frozen=True)
+class LakeConfig:
+    size: int = 5  # the map is size x size
+    max_turns: int = 12  # horizon
+    episodes: int = 16  # fresh episodes per step (the environment budget)
+    replay: int = 16  # replayed trajectories per step (0: on-policy)
+    steps: int = 150
+    lr: float = 0.05  # Adam on the logits
+    clip: float = 0.2  # PPO clip of the REINFORCE++-style surrogate
+    capacity: int = 4000  # trajectories
+    alpha: float = 0.6  # priority exponent (the authors' default)
+    beta: tuple[float, float] = (0.4, 1.0)  # IS exponent, annealed linearly over training
+    epsilon: float = 1e-6  # added to |R| (the authors' reward priority)
+    switch_at: int | None = None  # a planted control: from this step on, the lake is another map
+
+
+ARMS = {  # name -> (priority: "reward" | "uniform", tau or None, replayed trajectories: None = cfg.replay)
+    "on-policy": ("uniform", None, 0),
+    "uniform replay": ("uniform", None, None),
+    "PER": ("reward", None, None),
+    "FreshPER": ("reward", 25.0, None),
+}
+
+
+def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
+    """Train a tabular softmax policy on map ``seed`` with one arm ``(priority, tau, replay)``.
+
+    Each step: ``cfg.episodes`` fresh episodes; refresh the buffer's priorities to this step's ages;
+    draw ``replay`` stored trajectories with their PER weights (uniform replay: weight 1); store the
+    fresh ones; one Adam step on the token-mean over all moves of
+    ``w_i * max(-A_i rho_t, -A_i clip(rho_t, 1 - eps, 1 + eps))`` with ``A_i`` the return normalised
+    over the batch and ``rho_t = pi_theta / mu`` against the stored behaviour log-probs.
+
+    Returns per step ``success`` (exact, on the current map), and over all draws ``ages``, and per
+    step ``ess`` (Kish ESS of the drawn trajectories' PER weights over their number),
+    ``replay_weight`` (their mean weight) and ``replayed_success`` (share of drawn trajectories that
+    reached the goal). With ``cfg.switch_at``, the map changes at that step (a planted control in
+    which old trajectories are harmful).
+    """
+    priority, tau, n_replay = arm
+    n_replay = cfg.replay if n_replay is None else n_replay
+    tables = lake_tables(make_map(seed, cfg.size, max_turns=cfg.max_turns))
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.zeros(tables[0].shape, requires_grad=True)
+    opt = torch.optim.Adam([logits], lr=cfg.lr)
+    buf = ReplayBuffer(cfg.capacity, cfg.alpha, tau)
+    out = {"success": [], "ages": [], "ess": [], "replayed_success": [], "replay_weight": []}
+    for step in range(1, cfg.steps + 1):
+        if cfg.switch_at is not None and step == cfg.switch_at:  # old successes now lead astray
+            tables = lake_tables(make_map(10_000 + seed, cfg.size, max_turns=cfg.max_turns))
+        fresh = rollout(logits, tables, cfg.max_turns, cfg.episodes, gen)
+        buf.refresh(step)
+        parts, weights = [fresh], [torch.ones(cfg.episodes)]
+        if n_replay and len(buf) >= n_replay:
+            u = torch.rand(n_replay, generator=gen, dtype=torch.float64).numpy()
+            beta = cfg.beta[0] + (cfg.beta[1] - cfg.beta[0]) * (step - 1) / max(1, cfg.steps - 1)
+            slots, w = buf.sample(n_replay, u, beta)
+            if priority == "uniform":
+                w = np.ones_like(w)  # uniform sampling needs no correction
+            items = [buf.items[i] for i in slots]
+            parts.append({k: torch.stack([it[k] for it in items]) for k in fresh})
+            weights.append(torch.as_tensor(w, dtype=torch.float32))
+            out["ages"].extend((step - buf.stored_at[slots]).tolist())
+            out["ess"].append(kish_ess(w) / len(w))
+            out["replay_weight"].append(float(np.mean(w)))
+            out["replayed_success"].append(float(parts[-1]["R"].mean()))
+        for e in range(cfg.episodes):
+            item = {k: v[e] for k, v in fresh.items()}
+            base = 1.0 if priority == "uniform" else abs(float(item["R"])) + cfg.epsilon
+            buf.add(item, base, step)
+        batch = {k: torch.cat([p[k] for p in parts]) for k in fresh}
+        w = torch.cat(weights)
+        R = batch["R"]
+        adv = (R - R.mean()) / (R.std() + 1e-6) if len(R) > 1 else torch.zeros_like(R)
+        logp = torch.log_softmax(logits, -1)[batch["states"], batch["actions"]]
+        ratio = torch.exp((logp - batch["logp"]).clamp(-20, 20))
+        A = (w * adv)[:, None]
+        per_token = torch.maximum(-A * ratio, -A * ratio.clamp(1 - cfg.clip, 1 + cfg.clip))
+        loss = (per_token * batch["mask"]).sum() / batch["mask"].sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            out["success"].append(success_probability(torch.softmax(logits, -1).numpy(), tables, cfg.max_turns))
+    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
+
+
+def run_lake_experiment(P: Profile, arms: dict | None = None, cfg: LakeConfig | None = None,
+                        seeds: int | None = None) -> dict:
+    """Every arm on maps/seeds ``0 .. n-1`` (``P.toy_seeds``).
+
+    Returns ``curves[arm]`` ``(seeds, steps)`` exact success, ``auc[arm]`` ``(seeds,)`` mean success
+    over training (area under the curve per step: sample efficiency at equal fresh episodes),
+    ``final[arm]`` mean success over the last fifth, ``post[arm]`` mean success from ``cfg.switch_at`` on
+    (when the map switches), ``stale[arm]`` share of replay draws older than
+    ``stale_after`` steps, ``seconds``.
+    """
+    cfg = cfg or LakeConfig(steps=P.pick(smoke=30, book=150))
+    arms = arms or ARMS
+    n = seeds or P.toy_seeds
+    stale_after = max(1, cfg.steps // 3)
+    start = time.perf_counter()
+    res = {"curves": {}, "auc": {}, "final": {}, "post": {}, "stale": {}, "ess": {}, "replay_weight": {}, "replayed_success": {}}
+    with one_torch_thread():
+        for name, arm in arms.items():
+            runs = [train_lake(arm, cfg, seed) for seed in range(n)]
+            curves = np.stack([r["success"] for r in runs])
+            res["curves"][name] = curves
+            res["auc"][name] = curves.mean(1)
+            res["final"][name] = curves[:, -max(1, cfg.steps // 5):].mean(1)
+            if cfg.switch_at is not None:  # success on the second map only
+                res["post"][name] = curves[:, cfg.switch_at - 1:].mean(1)
+            res["stale"][name] = np.array([(r["ages"] > stale_after).mean() if r["ages"].size else 0.0 for r in runs])
+            for key in ("ess", "replay_weight", "replayed_success"):
+                res[key][name] = np.array([r[key].mean() if r[key].size else np.nan for r in runs])
+    res.update(config=cfg, arms=arms, seeds=n, stale_after=stale_after, seconds=time.perf_counter() - start)
+    return res
+
+
+def run_tau_sweep(P: Profile, taus=None, cfg: LakeConfig | None = None, seeds: int | None = None) -> dict:
+    """FreshPER at several ``tau`` (and ``tau=None``, standard PER): AUC per seed for each."""
+    taus = tuple(taus or P.pick(smoke=(5.0, 25.0), book=(3.0, 10.0, 25.0, 100.0, 400.0)))
+    arms = {f"tau={t:g}": ("reward", t, None) for t in taus}
+    out = run_lake_experiment(P, arms, cfg, seeds)
+    out["taus"] = taus
+    return out
+
+
+# ---------------------------------------------------------------------- the language-model loop
+LM_ARMS = {  # name -> RLConfig overrides; both arms sample the same fresh groups per step
+    "on-policy": dict(sampler="policy", policy_loss="vanilla"),
+    "FreshPER": dict(sampler="replay", policy_loss="ppo_is",
+                     sampler_kwargs=dict(replay_groups=8, capacity=512, tau=10.0, priority="advantage")),
+}
+
+
+def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None) -> dict:
+    """The registered ``"replay"`` sampler in the :class:`~rlcourse.train.Trainer` on the lab's
+    two-digit addition (the profile's base model): on-policy GRPO against GRPO plus 8 replayed groups
+    per step (priority: mean ``|A|`` of the group, ``tau = 10``, PER weights in the ``"ppo_is"``
+    loss), 8 prompts x 8 samples fresh per step in both arms, ``P.seeds`` seeds.
+
+    Returns ``history[arm]`` (a list of per-seed metric histories), ``accuracy[arm]`` ``(seeds,)``
+    final greedy accuracy on held-out prompts, ``buffer[arm]`` the final buffer size, ``seconds``."""
+    import copy
+
+    from ..lm.zoo import load_base_model
+    from ..train import RLConfig, Trainer
+
+    n = seeds or P.seeds
+    steps = steps or P.pick(smoke=3, book=25)
+    model, tok = load_base_model("addition", prof=P, progress=False)
+    start = time.perf_counter()
+    out = {"history": {}, "accuracy": {}, "buffer": {}}
+    with one_torch_thread():
+        for name, kw in LM_ARMS.items():
+            hist, acc, size = [], [], []
+            for seed in range(n):
+                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
+                               max_completion_length=8, steps=steps, learning_rate=P.rl_lr, seed=seed,
+                               eval_prompts=P.pick(smoke=8, book=128), progress=False, **copy.deepcopy(kw))
+                tr = Trainer(copy.deepcopy(model), tok, "addition", cfg)
+                tr.train()
+                hist.append(tr.history)
+                acc.append(tr.evaluate())
+                size.append(len(tr.state["replay_buffer"]) if "replay_buffer" in tr.state else 0)
+            out["history"][name], out["accuracy"][name], out["buffer"][name] = hist, np.array(acc), size
+    out.update(seeds=n, steps=steps, seconds=time.perf_counter() - start)
+    return out
+
+
+# ---------------------------------------------------------------------- the claims
+def setting(cfg: LakeConfig, seeds: int) -> str:
+    return (f"tabular softmax policy on {seeds} random solvable {cfg.size}x{cfg.size} deterministic FrozenLake maps "
+            f"(Gymnasium's dynamics, horizon {cfg.max_turns}); {cfg.episodes} fresh episodes per step for every arm, "
+            f"{cfg.replay} replayed trajectories per step; REINFORCE++-style batch-normalised returns, PPO clip "
+            f"{cfg.clip}, one Adam step (lr {cfg.lr}) per step, {cfg.steps} steps; alpha {cfg.alpha}, beta "
+            f"{cfg.beta[0]}->{cfg.beta[1]}")
+
+
+AUC = "exact success probability averaged over training steps (equal fresh episodes)"
+# short name -> (statement, source, paper's number, method, baseline, kind, metric)
+CLAIMS = {
+    "beats-on-policy": ("Freshness-Aware PER significantly outperforms on-policy baselines", "abstract",
+                        "FrozenLake success 0.305 vs 0.297 (LLM), 0.630 vs 0.270 (VLM) (authors' README)",
+                        "FreshPER", "on-policy", "greater", AUC),
+    "per-degrades": ("standard PER without age decay consistently degrades performance", "abstract",
+                     "FrozenLake (LLM) 0.281 vs 0.297 on-policy (authors' README)", "PER", "on-policy", "less", AUC),
+    "decay-beats-per": ("the multiplicative exponential age decay addresses PER's priority staleness", "abstract",
+                        "FrozenLake (LLM) 0.305 vs 0.281 (authors' README)", "FreshPER", "PER", "greater", AUC),
+    "decay-cuts-staleness": ("without decay, old high-priority trajectories dominate sampling long after they have "
+                             "become uninformative", "abstract", "", "FreshPER", "PER", "less",
+                             "share of replay draws older than a third of training"),
+    "replay-can-help": ("positive control: replay can beat on-policy training on this testbed at equal fresh "
+                        "episodes (our control, not a claim of the paper)", "ours", "", "PER", "on-policy",
+                        "greater", AUC),
+}
+
+
+def claim(name: str, cfg: LakeConfig, seeds: int, note: str = "") -> Claim:
+    """The claim ``name`` of :data:`CLAIMS` in the setting ``cfg`` (``note`` says what differs)."""
+    statement, source, number, method, baseline, kind, metric = CLAIMS[name]
+    return Claim(key=f"freshper/{name}" + (f"-{note.split()[0]}" if note else ""), paper=PAPER,
+                 statement=statement, source=source, paper_number=number, method=method, baseline=baseline,
+                 kind=kind, metric=metric, setting=setting(cfg, seeds) + (f"; {note}" if note else ""))
+
+
+def lake_verdicts(out: dict, names=("beats-on-policy", "per-degrades", "decay-beats-per", "decay-cuts-staleness"),
+                  note: str = "") -> dict[str, Verdict]:
+    """Evaluate the claims ``names`` on the output of :func:`run_lake_experiment` (with a map switch,
+    success is measured on the second map only, and the claim's metric says so)."""
+    verdicts = {}
+    post = out["config"].switch_at is not None
+    for name in names:
+        c = claim(name, out["config"], out["seeds"], note)
+        if post and name != "decay-cuts-staleness":
+            c = replace(c, metric=f"exact success on the second map, averaged over steps {out['config'].switch_at}"
+                                  f"-{out['config'].steps}")
+        values = out["stale"] if name == "decay-cuts-staleness" else out["post"] if post else out["auc"]
+        verdicts[name] = evaluate(c, values[c.method], values[c.baseline], seconds=out["seconds"])
+    return verdicts
+
+
+LM_CLAIM = Claim(
+    key="freshper/lm-beats-on-policy", paper=PAPER, source="abstract", kind="greater",
+    statement="Freshness-Aware PER significantly outperforms on-policy baselines",
+    paper_number="+46% NQ Search, +367% Sokoban, +133% VLM FrozenLake (abstract)",
+    setting="the lab's tiny Llama on two-digit addition, 8 prompts x 8 samples fresh per step in both arms, "
+            "25 GRPO steps (lr 1e-4), FreshPER adds 8 replayed groups per step (tau 10, priority mean |A|, "
+            "PER weights with beta 0.4 in the ppo_is loss)",
+    metric="greedy accuracy on 128 held-out prompts after training", method="FreshPER", baseline="on-policy")
+
+
+def lm_verdict(out: dict) -> Verdict:
+    return evaluate(LM_CLAIM, out["accuracy"]["FreshPER"], out["accuracy"]["on-policy"], seconds=out["seconds"])

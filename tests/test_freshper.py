@@ -1,0 +1,101 @@
+"""The FreshPER chapter's toy: Gymnasium's FrozenLake as tables, exact success, the training loop with
+the replay buffer of rlcourse.replay, and the claim plumbing (smoke-sized)."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+
+import rlcourse
+from rlcourse.envs.frozenlake import make_map
+from rlcourse.methods import freshper
+from rlcourse.methods.freshper import (ARMS, LakeConfig, lake_tables, lake_verdicts, rollout, run_lake_experiment,
+                                       success_probability, train_lake)
+
+
+def test_tables_are_gymnasiums_dynamics():
+    desc = make_map(3, 5, max_turns=12)
+    nxt, rew, done = lake_tables(desc)
+    env = FrozenLakeEnv(desc=desc, is_slippery=False)
+    for s in range(25):
+        for a in range(4):
+            env.reset(seed=0)
+            env.unwrapped.s = s
+            s2, r, term, _, _ = env.step(a)
+            assert (nxt[s, a], rew[s, a], done[s, a]) == (s2, r, term)
+
+
+def test_exact_success_matches_monte_carlo():
+    """The exact success probability of a noisy softmax policy (leaning towards the shortest path)
+    against 20,000 rollouts, within four binomial standard errors; the shortest path itself succeeds
+    with probability 1."""
+    from rlcourse.envs.frozenlake import MOVES, shortest_path
+
+    desc = make_map(1, 4, max_turns=8)
+    tables = lake_tables(desc)
+    path = shortest_path(desc)
+    pi = np.full((16, 4), 0.25)
+    lean = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    s = 0
+    for m in path:
+        pi[s] = np.eye(4)[MOVES.index(m)]
+        lean[s, MOVES.index(m)] += 2.0
+        s = tables[0][s, MOVES.index(m)]
+    assert success_probability(pi, tables, 8) == pytest.approx(1.0)
+    assert success_probability(pi, tables, len(path) - 1) == 0.0  # the horizon binds
+    exact = success_probability(torch.softmax(lean, -1).numpy(), tables, 8)
+    n = 20_000
+    R = rollout(lean, tables, 8, n, torch.Generator().manual_seed(1))["R"]
+    se = np.sqrt(exact * (1 - exact) / n)
+    assert 0.05 < exact < 0.95 and abs(float(R.mean()) - exact) < 4 * se, (exact, float(R.mean()))
+
+
+def test_rollout_records_behaviour_logprobs_and_masks():
+    tables = lake_tables(make_map(2, 4, max_turns=8))
+    logits = torch.randn(16, 4)
+    r = rollout(logits, tables, 8, 64, torch.Generator().manual_seed(0))
+    logp = torch.log_softmax(logits, -1)[r["states"], r["actions"]]
+    assert torch.allclose(r["logp"], logp * r["mask"])
+    m = r["mask"]
+    assert (m[:, 0] == 1).all() and ((m[:, 1:] <= m[:, :-1])).all()  # a prefix of each row
+    assert set(r["R"].tolist()) <= {0.0, 1.0}
+
+
+def test_train_lake_is_deterministic_and_replays_only_the_past():
+    cfg = LakeConfig(steps=12, episodes=8, replay=8)
+    a = train_lake(ARMS["FreshPER"], cfg, 0)
+    b = train_lake(ARMS["FreshPER"], cfg, 0)
+    assert np.array_equal(a["success"], b["success"]) and len(a["success"]) == 12
+    assert a["ages"].min() >= 1 and len(a["ages"]) == 8 * 11  # replay starts at step 2
+    assert ((a["ess"] > 0) & (a["ess"] <= 1)).all()
+    on = train_lake(ARMS["on-policy"], cfg, 0)
+    assert on["ages"].size == 0
+    # with the switch, the success is measured on the second map
+    sw = train_lake(ARMS["PER"], replace(cfg, switch_at=7), 0)
+    assert sw["success"].shape == (12,)
+
+
+def test_uniform_replay_draws_every_stored_trajectory_alike():
+    cfg = LakeConfig(steps=40, episodes=4, replay=64, capacity=4000)
+    ages = train_lake(ARMS["uniform replay"], cfg, 0)["ages"]
+    # at step 40 the buffer holds steps 1..39 equally: the mean age over all draws is about half the
+    # elapsed steps, averaged over steps (checked loosely: it exceeds a quarter of the run)
+    assert ages.mean() > 40 / 4
+
+
+def test_experiment_and_verdicts_in_smoke():
+    P = rlcourse.profile("smoke")
+    out = run_lake_experiment(P, cfg=LakeConfig(steps=10))
+    v = lake_verdicts(out)
+    assert set(v) == {"beats-on-policy", "per-degrades", "decay-beats-per", "decay-cuts-staleness"}
+    assert all(x.seeds == 1 and x.verdict == "inconclusive" for x in v.values())
+    assert v["per-degrades"].claim.kind == "less" and v["decay-cuts-staleness"].claim.key == "freshper/decay-cuts-staleness"
+    sw = run_lake_experiment(P, arms={k: ARMS[k] for k in ("on-policy", "PER", "FreshPER")},
+                             cfg=LakeConfig(steps=10, switch_at=6))
+    vs = lake_verdicts(sw, names=("decay-beats-per",), note="switch of map")
+    assert vs["decay-beats-per"].claim.key == "freshper/decay-beats-per-switch"
+    assert "second map" in vs["decay-beats-per"].claim.metric
+    assert sw["post"]["PER"].shape == (1,)
+    sweep = freshper.run_tau_sweep(P, taus=(5.0,), cfg=LakeConfig(steps=5))
+    assert list(sweep["auc"]) == ["tau=5"]
