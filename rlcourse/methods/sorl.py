@@ -466,3 +466,50 @@ def run_learning_rate_sweep(P: Profile, lrs=(30.0, 100.0, 300.0), staleness: int
                     out[(lr, arm, lag)] = float(np.mean([summarise(train_stale_lock(arm, lag, cfg, s))["final"]
                                                          for s in range(n)]))
     return {"lrs": tuple(lrs), "staleness": L, "seeds": n, "steps": steps, "final": out}
+
+
+# ---------------------------------------------------------------------- the tiny LM on the text FrozenLake
+def expert_episode_examples(n: int, seed: int = 0) -> list:
+    """``frozenlake`` examples whose ``solution`` is a whole expert episode (moves, ``<eos>`` and the
+    environment's replies), for a supervised warm start of the tiny LM."""
+    from ..envs import TextFrozenLake, expert_transcript
+    from ..tasks import Example, get_task
+
+    out = []
+    for e in get_task("frozenlake").examples(n, seed=seed):
+        env = TextFrozenLake(size=e.meta["size"], max_turns=e.meta["max_turns"])
+        obs, _ = env.reset(options={"map_seed": e.meta["map_seed"]})
+        agent, replies = expert_transcript(env.desc, obs)
+        text = "".join(a + r for a, r in zip(agent, replies))
+        out.append(Example(e.prompt, e.answer, text[:-len("<eos>")], e.meta))  # sft() appends the last EOS
+    return out
+
+
+def run_lm_demo(P: Profile, losses=("vanilla", "sorl"), lag: int | None = None, seed: int = 0) -> dict:
+    """The registered parts in the Trainer: a smoke-sized tiny LM, warm-started on expert episodes, then
+    trained on the text FrozenLake with the ``multiturn`` sampler ``lag`` updates behind and each loss of
+    ``losses`` (one seed: a demonstration, not a verdict). Returns each loss's history and the seconds."""
+    import copy
+
+    from .. import profile as get_profile
+    from ..lm import build_model, build_tokenizer
+    from ..tasks import get_task
+    from ..train import RLConfig, Trainer, sft
+
+    lag = P.pick(smoke=1, book=4) if lag is None else lag
+    start = time.perf_counter()
+    tok = build_tokenizer()
+    with one_torch_thread():
+        base = build_model(tok, get_profile("smoke"), seed=seed)
+        sft(base, tok, expert_episode_examples(1000, seed=seed), steps=P.pick(smoke=20, book=200), batch_size=32,
+            lr=3e-3, seed=seed)
+        task = get_task("frozenlake")
+        train, held = task.examples(P.pick(smoke=50, book=1000), seed=seed + 1), task.examples(8, seed=0, split="test")
+        histories = {}
+        for loss in losses:
+            cfg = RLConfig(num_generations=P.pick(smoke=2, book=8), prompts_per_step=P.pick(smoke=2, book=8),
+                           steps=P.pick(smoke=2, book=30), learning_rate=1e-3, sampler="multiturn",
+                           sampler_kwargs={"lag": lag}, policy_loss=loss, num_iterations=2, progress=False, seed=seed)
+            histories[loss] = Trainer(copy.deepcopy(base), tok, task, cfg, train_examples=train,
+                                      eval_examples=held).train()
+    return {"histories": histories, "lag": lag, "seconds": time.perf_counter() - start}
