@@ -1,0 +1,656 @@
+"""PIPO: closed-loop policy improvement against a sliding-window anchor.
+
+*Policy Improvement Reinforcement Learning*, Huaiyang Wang, Xiaojie Li, Deqing Wang, Haoyi Zhou,
+Zixuan Huang, Yaodong Yang, Jianxin Li and Yikun Ban (2026, arXiv:2604.00860). After sampling the
+batch ``B_t``, PIPO compares its mean reward ``mu_t`` with the mean ``rho`` of the last ``K`` batch
+means (the anchor) and re-applies the previous batch's learning signal with the weight
+``xi_t = clip(mu_t - rho, -5, 5) / sigma`` (``sigma`` the window's standard deviation): an update
+that was followed by a gain is reinforced, one followed by a drop is reversed (scaled by
+``s_neg``, or skipped when ``s_neg = 0``). The algorithm and its constants follow the authors' code
+(github.com/JacckMa/pipo_verl, ``layback_utils.py`` and ``ray_trainer.py``).
+
+This module holds the pure functions (window, progress signal, gate, layback coefficients), the
+registered parts that run PIPO in the :class:`~rlcourse.train.Trainer`:
+
+* sampler ``"pipo"``: samples with a base sampler, scores the fresh rows once, keeps the previous
+  batch in ``state["pipo"]`` and appends it with per-token extras (the layback coefficient);
+* policy loss ``"pipo"``: the base surrogate on the fresh rows, the layback term on the cached rows,
+  each normalised over its own part;
+
+and the chapter's experiment (a contextual bandit with exact expected rewards, noisy rewards, GRPO
+against GRPO + PIPO) and the tiny-LM run.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+import warnings
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from ..claims import Claim, Verdict, evaluate
+from ..losses import agg_loss, get_policy_loss, register_policy_loss
+from ..ops import check_same_shape, masked_mean
+from ..profiles import Profile, one_torch_thread
+from ..rollout import get_sampler, register_sampler
+
+PAPER = ("Policy Improvement Reinforcement Learning, H. Wang, X. Li, D. Wang, H. Zhou, Z. Huang, Y. Yang, J. Li, "
+         "Y. Ban (2026, arXiv:2604.00860)")
+WINDOW_MODES = ("strict", "released")
+DELTA_CLIP, COEF_CLIP, PHI_CLIP = 5.0, 10.0, 2.0  # the authors' clips
+
+
+# ---------------------------------------------------------------------- the pure functions
+def telescoping_improvement(J: np.ndarray) -> np.ndarray:
+    """Cumulative PIRL objective ``sum_{s<t} (J_{s+1} - J_s)`` for ``t = 0..T`` (equal to ``J_t - J_0``).
+
+    ======  =======  =========================================
+    J       (T+1,)   performance of the policies pi_0 .. pi_T
+    return  (T+1,)   the partial sums of the improvements
+    ======  =======  =========================================
+    """
+    J = np.asarray(J, float)
+    if J.ndim != 1 or J.size == 0:
+        raise ValueError(f"J must be a non-empty 1-D array, got shape {J.shape}")
+    return np.concatenate([[0.0], np.cumsum(np.diff(J))])
+
+
+def step_window(history: list[float], mu: float, window: int = 8, mode: str = "strict"):
+    """The anchor window that ``mu_t`` is compared with, and the history to keep for the next step.
+
+    ``strict`` (the default, the paper's definition): the anchor is the last ``window`` batch means
+    *before* ``t``, and ``mu_t`` is appended once after. ``released`` (the authors' trainer): ``mu_t``
+    is appended before the anchor is computed and again at the end of the step, into a deque of
+    length ``window``, so the anchor holds ``mu_t`` itself and about ``window / 2`` earlier steps,
+    each counted twice.
+
+    ========  =======  ==========================================================
+    history   list     what the previous step returned as ``new_history``
+    returns   2 lists  ``(anchor, new_history)``
+    ========  =======  ==========================================================
+    """
+    if mode not in WINDOW_MODES:
+        raise ValueError(f"window_mode must be one of {WINDOW_MODES}, got {mode!r}")
+    if int(window) != window or window < 1:
+        raise ValueError(f"window must be a positive integer, got {window!r}")
+    if not np.isfinite(mu):
+        raise ValueError(f"the batch mean reward mu_t must be finite, got {mu}")
+    history = list(history)
+    if mode == "strict":
+        return history[-window:], (history + [float(mu)])[-window:]
+    first = (history + [float(mu)])[-window:]
+    return first, (first + [float(mu)])[-window:]
+
+
+def progress_signal(mu: float, anchor: list[float], variance_normalization: bool = True,
+                    eps: float = 1e-8) -> dict:
+    """``Delta = clip(mu - mean(anchor), -5, 5)`` and ``xi = Delta / sigma`` with ``sigma`` the
+    (population) standard deviation of the anchor, replaced by 1 when below ``eps`` or when the anchor
+    has fewer than 2 entries (the authors' rule). An empty anchor gives ``Delta = xi = 0``.
+
+    Returns ``{"delta", "xi", "rho", "sigma"}`` (floats)."""
+    a = np.asarray(anchor, float)
+    if a.size == 0:
+        return {"delta": 0.0, "xi": 0.0, "rho": float(mu), "sigma": 1.0}
+    rho = float(a.mean())
+    delta = float(np.clip(mu - rho, -DELTA_CLIP, DELTA_CLIP))
+    sigma = float(a.std()) if a.size >= 2 else 1.0
+    sigma = 1.0 if sigma < eps else sigma
+    return {"delta": delta, "xi": delta / sigma if variance_normalization else delta, "rho": rho, "sigma": sigma}
+
+
+def layback_scale(delta: float, xi: float, s_neg: float = 0.1, threshold: float = 0.0) -> float:
+    """The gate ``s_t``: 1 after a gain (``Delta >= 0``), ``s_neg`` after a drop, 0 (no layback step)
+    when ``|xi| <= threshold`` (with ``threshold > 0``) or after a drop with ``s_neg = 0``."""
+    if s_neg < 0 or threshold < 0:
+        raise ValueError(f"s_neg and threshold must be >= 0, got {s_neg}, {threshold}")
+    if threshold > 0 and abs(xi) <= threshold:
+        return 0.0
+    return 1.0 if delta >= 0 else float(s_neg)
+
+
+def layback_coefficients(adv_bar: torch.Tensor, index: torch.Tensor, xi: float, eps: float = 1e-6) -> torch.Tensor:
+    """``C_i = clip(n_g * Abar_i / sum_{j in g} |Abar_j| * xi, -10, 10)`` for each row ``i`` of group ``g``.
+
+    ========  ======  =====================================================
+    adv_bar   (N,)    token-mean advantage of each row of the previous batch
+    index     (N,)    group (prompt) id of each row
+    xi        float   the progress signal of this step
+    returns   (N,)    the layback coefficients
+    ========  ======  =====================================================
+    """
+    adv_bar = torch.as_tensor(adv_bar, dtype=torch.float64)
+    index = torch.as_tensor(index, dtype=torch.long)
+    if adv_bar.ndim != 1 or adv_bar.shape != index.shape:
+        raise ValueError(f"adv_bar and index must be (N,) of one shape, got {tuple(adv_bar.shape)}, {tuple(index.shape)}")
+    if not torch.isfinite(adv_bar).all() or not np.isfinite(xi):
+        raise ValueError("adv_bar and xi must be finite")
+    _, inv = torch.unique(index, return_inverse=True)
+    n = torch.bincount(inv).to(torch.float64)
+    abs_sum = torch.zeros(len(n), dtype=torch.float64).index_add_(0, inv, adv_bar.abs()) + eps
+    return (n[inv] * adv_bar / abs_sum[inv] * xi).clamp(-COEF_CLIP, COEF_CLIP)
+
+
+def sequence_mean_advantage(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` token-mean of each row's advantage over its mask (the authors' ``Abar_i``)."""
+    check_same_shape(advantages=advantages, mask=mask)
+    return (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+@dataclass
+class PipoController:
+    """The bookkeeping of one run (window, gate, warm-up), the same for the bandit and the sampler.
+
+    ``warmup`` is the number of history entries needed before the first layback step (default
+    ``window``; in ``released`` mode the authors count entries of the double-appended deque, so the
+    first layback comes after ``window / 2`` steps)."""
+
+    window: int = 8
+    s_neg: float = 0.1
+    threshold: float = 0.0
+    window_mode: str = "strict"
+    warmup: int | None = None
+    variance_normalization: bool = True
+
+    def __post_init__(self):
+        step_window([], 0.0, self.window, self.window_mode)  # validates window and mode
+        layback_scale(0.0, 0.0, self.s_neg, self.threshold)
+
+    def step(self, history: list[float], mu: float) -> tuple[dict, list[float]]:
+        """One step: ``(signal, new_history)``; ``signal`` holds ``delta, xi, rho, sigma``, ``ready``
+        and the gate ``scale`` (0 before the warm-up)."""
+        anchor, new_history = step_window(history, mu, self.window, self.window_mode)
+        sig = progress_signal(mu, anchor, self.variance_normalization)
+        need = self.window if self.warmup is None else self.warmup
+        ready = len(anchor) >= need
+        sig.update(mu=float(mu), ready=ready,
+                   scale=layback_scale(sig["delta"], sig["xi"], self.s_neg, self.threshold) if ready else 0.0)
+        return sig, new_history
+
+
+# ---------------------------------------------------------------------- the registered loss
+EXTRAS = ("pipo_coef", "pipo_phi", "pipo_cached", "pipo_tokens", "pipo_seqs")
+
+
+@register_policy_loss("pipo")
+def compute_pipo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                      response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
+                      clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
+                      global_tokens: float | None = None, global_seqs: float | None = None,
+                      max_len: int | None = None, pipo_coef: torch.Tensor | None = None,
+                      pipo_phi: torch.Tensor | None = None, pipo_cached: torch.Tensor | None = None,
+                      pipo_tokens: torch.Tensor | None = None, pipo_seqs: torch.Tensor | None = None,
+                      base_loss: str = "vanilla", base_kwargs: dict | None = None):
+    """PIPO's loss: the base surrogate on the fresh rows plus the layback term on the cached rows,
+
+    ``L = L_base(fresh rows, advantages * phi) + agg_cached[-min(r, clip(r, 1-eps_lo, 1+eps_hi)) * coef]``
+
+    with ``r = pi_theta / pi_old`` on the cached rows (their stored behaviour log-probs) and ``coef =
+    s_t * C_i`` from the ``"pipo"`` sampler. Each part is aggregated by ``loss_agg_mode`` over its own
+    tokens and sequences (the counts come per token in ``pipo_tokens`` / ``pipo_seqs``, so the sum over
+    micro-batches is the full-batch loss). Without the sampler's extras (another sampler, or no
+    cached batch yet) the loss is the base loss.
+
+    ============== ========= ===========================================================
+    old_log_prob   ``(B,T)`` behaviour log-probs (for cached rows: those of ``pi_{t-1}``)
+    log_prob       ``(B,T)`` current log-probs (gradient)
+    advantages     ``(B,T)`` the loop's advantages (used on fresh rows)
+    response_mask  ``(B,T)`` 1 on tokens that count
+    pipo_coef      ``(B,T)`` ``s_t C_i`` on cached rows' tokens, 0 on fresh rows
+    pipo_phi       ``(B,T)`` multiplier of fresh rows' advantages (1; ``clip(xi, -2, 2)`` in the
+                             critic variant), 0 on cached rows
+    pipo_cached    ``(B,T)`` 1 on every column of a cached row
+    pipo_tokens    ``(B,T)`` on each row: its part's token count in the whole batch
+    pipo_seqs      ``(B,T)`` on each row: its part's sequence count in the whole batch
+    base_loss      str       registered loss applied to the fresh rows (default PPO-clip)
+    returns        ``(loss, metrics)``: the base loss's metrics plus ``pipo_layback_loss``,
+                   ``pipo_cached_frac`` (share of rows that are cached), ``pipo_coef_abs``
+    ============== ========= ===========================================================
+    """
+    from ..train import call_policy_loss
+
+    given = [x is not None for x in (pipo_coef, pipo_phi, pipo_cached, pipo_tokens, pipo_seqs)]
+    if any(given) and not all(given):
+        raise ValueError(f"the pipo loss needs all of the pipo sampler's extras {EXTRAS}, or none")
+    base = get_policy_loss(base_loss)
+    if base is compute_pipo_loss:
+        raise ValueError("base_loss cannot be 'pipo' itself")
+    named = dict(old_log_prob=old_log_prob, clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
+                 clip_ratio_c=clip_ratio_c, **(base_kwargs or {}))
+    agg = dict(loss_agg_mode=loss_agg_mode, global_tokens=global_tokens, global_seqs=global_seqs)
+    if max_len is not None:
+        agg["max_len"] = max_len
+    if not all(given):
+        return call_policy_loss(base, agg, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
+                                **named)
+    check_same_shape(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
+                     pipo_coef=pipo_coef, pipo_phi=pipo_phi, pipo_cached=pipo_cached, pipo_tokens=pipo_tokens,
+                     pipo_seqs=pipo_seqs)
+    cached = pipo_cached[:, :1] > 0  # (b, 1)
+    fresh_mask, cached_mask = response_mask * (~cached), response_mask * cached
+
+    def counts(rows: torch.Tensor) -> tuple[float | None, float | None]:
+        if global_tokens is None and global_seqs is None:  # the loop gave local denominators (bnpo)
+            return None, None
+        rows = rows.squeeze(-1)
+        if not rows.any():
+            return 1.0, 1.0  # this micro-batch holds no row of the part: its sum is 0 anyway
+        return float(pipo_tokens[rows, 0].max()), float(pipo_seqs[rows, 0].max())
+
+    n_tok, n_seq = counts(~cached)
+    base_value, metrics = call_policy_loss(base, {**agg, "global_tokens": n_tok, "global_seqs": n_seq},
+                                           log_prob=log_prob, advantages=advantages * pipo_phi,
+                                           response_mask=fresh_mask, **named)
+    log_ratio = (log_prob - old_log_prob.detach()).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    ratio_min = torch.minimum(ratio, ratio.clamp(1 - clip_ratio_low, 1 + clip_ratio_high))
+    c_tok, c_seq = counts(cached)
+    lb = agg_loss(-ratio_min * pipo_coef.detach(), cached_mask, loss_agg_mode, global_tokens=c_tok,
+                  global_seqs=c_seq, max_len=max_len)
+    metrics = dict(metrics)
+    with torch.no_grad():
+        metrics.update(pipo_layback_loss=float(lb), pipo_cached_frac=float(cached.float().mean()),
+                       pipo_coef_abs=float(masked_mean(pipo_coef.abs(), cached_mask)) if cached.any() else 0.0)
+    return base_value + lb, metrics
+
+
+# ---------------------------------------------------------------------- the registered sampler
+def _estimator_advantages(batch, scores, per_row, config, state, step, model) -> torch.Tensor | None:
+    """``(B,)`` token-mean advantages of the base estimator on ``batch`` alone (``None`` when the
+    estimator needs a critic, which a sampler does not have)."""
+    from ..advantages import get_estimator, place_on_last_token
+    from ..train import call_with_supported, needs_values
+
+    est = get_estimator(config.advantage_estimator)
+    if needs_values(est):
+        return None
+    mask = batch.response_mask
+    offered = dict(token_level_rewards=place_on_last_token(scores, mask), response_mask=mask, index=batch.index,
+                   values=None, gamma=config.gamma, lam=config.lam,
+                   norm_adv_by_std_in_grpo=config.scale_rewards == "group", batch=batch, examples=per_row,
+                   scores=scores, state=copy.deepcopy({k: v for k, v in state.items() if k != "pipo"}), step=step,
+                   model=model)
+    adv, _ = call_with_supported(est, **offered, **batch.extras, **config.advantage_kwargs)
+    if config.scale_rewards == "batch" and config.advantage_estimator == "grpo":
+        adv = adv / (adv[:, 0].std() + 1e-6) * mask
+    return sequence_mean_advantage(adv.float(), mask).detach()
+
+
+def _with_extras(batch, coef: torch.Tensor, phi: torch.Tensor, cached: bool):
+    """``batch`` with the pipo extras for its rows (row values broadcast over the tokens)."""
+    B, T = batch.response_ids.shape
+    m = batch.response_mask.float()
+    row = lambda v: torch.as_tensor(v, dtype=torch.float32).reshape(-1, 1).expand(B, T).clone()  # noqa: E731
+    extras = dict(batch.extras, pipo_coef=row(coef) * m, pipo_phi=row(phi), pipo_cached=row([float(cached)] * B),
+                  pipo_tokens=row([0.0] * B), pipo_seqs=row([0.0] * B))
+    return replace(batch, extras=extras)
+
+
+@register_sampler("pipo")
+def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, pool, task, reward, step,
+                 base: str = "policy", window: int = 8, s_neg: float = 0.1, threshold: float = 0.0,
+                 window_mode: str = "strict", warmup: int | None = None, variance_normalization: bool = True):
+    """PIPO's sampler: the base sampler's fresh batch ``B_t``, scored once with the loop's reward, then
+    (from the warm-up on, with ``policy_loss="pipo"``) the cached previous batch ``B_{t-1}`` appended
+    with its stored scores and behaviour log-probs and the extras of :func:`compute_pipo_loss`.
+
+    State kept in ``state["pipo"]`` (saved in checkpoints): ``history`` (the window), ``cache`` (the
+    previous fresh batch, its examples and token-mean advantages) and ``log`` (one dict per step:
+    ``mu``, ``delta``, ``xi``, ``rho``, ``sigma``, ``ready``, ``scale``, ``layback``).
+
+    With an estimator that needs a critic (``gae``), no batch is cached: the fresh advantages are
+    multiplied by ``phi = clip(xi, -2, 2)`` once warm (the authors' PPO variant). With a policy loss
+    other than ``"pipo"``, nothing is appended (a warning says so) and the run is the base one.
+
+    The appended rows' examples are added to the loop's ``examples`` list in place (the loop maps each
+    row's ``index`` into it).
+    """
+    from ..distributed import current
+    from ..train import call_with_supported
+
+    if current().world_size > 1:
+        raise ValueError("the pipo sampler keeps a batch-level window (mu_t of the whole batch); run it in one process")
+    ctl = PipoController(window=window, s_neg=s_neg, threshold=threshold, window_mode=window_mode, warmup=warmup,
+                         variance_normalization=variance_normalization)
+    base_fn = get_sampler(base)
+    if base_fn is pipo_sampler:
+        raise ValueError("the pipo sampler's base cannot be 'pipo' itself")
+    fresh = call_with_supported(base_fn, model=model, tokenizer=tokenizer, prompts=prompts, config=config,
+                                generator=generator, state=state, examples=examples, pool=pool, task=task,
+                                reward=reward, step=step)
+    n_fresh_prompts = len(examples)
+    per_row = [examples[int(i)] for i in fresh.index]
+    scores = fresh.scores if fresh.scores is not None else reward(fresh, per_row, task, state)
+    scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
+    if scores.shape[0] != len(fresh) or not torch.isfinite(scores).all():
+        raise ValueError(f"the reward gave {tuple(scores.shape)} scores (finite?) for {len(fresh)} rows")
+    fresh = replace(fresh, scores=scores)
+    st = state.setdefault("pipo", {"history": [], "cache": None, "log": []})
+    sig, st["history"] = ctl.step(st["history"], float(scores.mean()))
+    is_pipo_loss = get_policy_loss(config.policy_loss) is compute_pipo_loss
+    if not is_pipo_loss:
+        warnings.warn(f"the pipo sampler runs with policy_loss={config.policy_loss!r}: no layback (use 'pipo')",
+                      stacklevel=2)
+        st["log"].append(dict(sig, layback=False))
+        return fresh
+    adv_bar = _estimator_advantages(fresh, scores, per_row, config, state, step, model)
+    B = len(fresh)
+    if adv_bar is None:  # a critic estimator: the authors' PPO variant, phi on the fresh advantages
+        phi = float(np.clip(sig["xi"], -PHI_CLIP, PHI_CLIP)) if sig["ready"] else 1.0
+        out = _with_extras(fresh, [0.0] * B, [phi] * B, cached=False)
+        st["log"].append(dict(sig, layback=False, phi=phi))
+        return _fill_counts(out)
+    prev = st["cache"]
+    st["cache"] = {"batch": fresh, "examples": [examples[i] for i in range(n_fresh_prompts)], "adv_bar": adv_bar}
+    layback = prev is not None and sig["scale"] > 0
+    st["log"].append(dict(sig, layback=layback))
+    out = _with_extras(fresh, [0.0] * B, [1.0] * B, cached=False)
+    if not layback:
+        return _fill_counts(out)
+    from ..lm.sampling import cat_batches
+
+    coef = sig["scale"] * layback_coefficients(prev["adv_bar"], prev["batch"].index, sig["xi"])
+    old = prev["batch"]
+    old_part = _with_extras(old, coef, [0.0] * len(old), cached=True)
+    if old_part.attention is None and out.attention is not None:
+        old_part = replace(old_part, attention=old_part.response_mask.clone())
+    if out.attention is None and old_part.attention is not None:
+        out = replace(out, attention=out.response_mask.clone())
+    if int(out.index.max()) + 1 != n_fresh_prompts:
+        raise ValueError(f"the base sampler's group ids must be 0..{n_fresh_prompts - 1} (one per prompt)")
+    examples.extend(prev["examples"])  # the loop maps row index -> examples[index]
+    return _fill_counts(cat_batches([out, old_part], tokenizer.pad_token_id))
+
+
+def _fill_counts(batch):
+    """Write each part's token and sequence counts into ``pipo_tokens`` / ``pipo_seqs``."""
+    cached = batch.extras["pipo_cached"][:, 0] > 0
+    m = batch.response_mask
+    tokens, seqs = torch.zeros(len(batch)), torch.zeros(len(batch))
+    for part in (cached, ~cached):
+        tokens[part] = float(m[part].sum())
+        seqs[part] = float((m[part].sum(-1) > 0).sum())
+    T = m.shape[1]
+    return replace(batch, extras=dict(batch.extras, pipo_tokens=tokens[:, None].expand(-1, T).clone(),
+                                      pipo_seqs=seqs[:, None].expand(-1, T).clone()))
+
+
+# ---------------------------------------------------------------------- the bandit experiment
+@dataclass(frozen=True)
+class BanditConfig:
+    contexts: int = 32
+    actions: int = 8
+    prompts: int = 4  # contexts per step (small batches)
+    samples: int = 8  # G samples per context
+    steps: int = 300
+    lr: float = 2.0  # SGD on the logits
+    flip: float = 0.2  # reward noise: each reward flipped with this probability
+    init_scale: float = 1.0  # logits of the initial policy ~ N(0, init_scale^2)
+    features: int = 6  # shared parameters: logits = x_c W with x_c in R^features (0: a table of logits)
+
+
+def make_bandit(cfg: BanditConfig, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(C, K)`` success probability of each arm (1 for the right arm, 0 otherwise), the ``(C, F)``
+    context features (the identity when ``features = 0``) and the initial ``(F, K)`` weights. The right
+    arm of a context is the best arm of a random linear teacher, so a linear policy can represent it,
+    and an update on one context moves the others (as a language model's does)."""
+    rng = np.random.default_rng(20_000 + seed)
+    F = cfg.features or cfg.contexts
+    x = np.eye(cfg.contexts) if not cfg.features else rng.normal(0, 1, (cfg.contexts, F)) / np.sqrt(F)
+    good = (x @ rng.normal(0, 1, (F, cfg.actions))).argmax(1)
+    p = np.zeros((cfg.contexts, cfg.actions))
+    p[np.arange(cfg.contexts), good] = 1.0
+    return p, x, rng.normal(0, cfg.init_scale, (F, cfg.actions))
+
+
+def train_bandit(method: str, cfg: BanditConfig, seed: int, window_mode: str = "strict", signal: str = "batch",
+                 fold: bool = True, s_neg: float = 0.1, window: int = 8, lr_scale: float = 1.0) -> dict:
+    """GRPO (``method="grpo"``) or GRPO + PIPO (``"pipo"``) on a contextual bandit with a tabular
+    softmax policy, through the registered ``grpo`` estimator and ``pipo`` loss (base PPO-clip) and the
+    :class:`PipoController` of the sampler.
+
+    ``signal="batch"`` measures ``mu_t`` as the batch's mean observed (noisy) reward, as PIPO does;
+    ``"oracle"`` uses the exact expected true reward of the policy (a positive control). ``fold=True``
+    takes one SGD step on the sum of both terms (as the registered parts do in the loop); ``False``
+    takes the paper's two steps (layback, then the exploration update). ``lr_scale`` multiplies the
+    learning rate (a control: does a plain larger step do what the layback does?).
+
+    Returns per-step ``J`` (exact expected true reward of the policy after the step), ``scale`` (the
+    gate, 0 when no layback) and ``xi``.
+    """
+    from ..advantages import get_estimator
+
+    if method not in ("grpo", "pipo"):
+        raise ValueError(f"method must be 'grpo' or 'pipo', got {method!r}")
+    if signal not in ("batch", "oracle"):
+        raise ValueError(f"signal must be 'batch' or 'oracle', got {signal!r}")
+    grpo = get_estimator("grpo")
+    p, x, init = make_bandit(cfg, seed)
+    probs, x = torch.as_tensor(p, dtype=torch.float64), torch.as_tensor(x, dtype=torch.float64)
+    weights = torch.tensor(init, dtype=torch.float64, requires_grad=True)
+    gen = torch.Generator().manual_seed(seed)
+    ctl = PipoController(window=window, s_neg=s_neg, window_mode=window_mode)
+    history, cache = [], None
+    out = {"J": [], "scale": [], "xi": []}
+    n = cfg.prompts * cfg.samples
+    exact = lambda: float((torch.softmax(x @ weights.detach(), -1) * probs).sum(-1).mean())  # noqa: E731
+    for _ in range(cfg.steps):
+        ctx = torch.randint(0, cfg.contexts, (cfg.prompts,), generator=gen).repeat_interleave(cfg.samples)
+        with torch.no_grad():
+            logp_all = torch.log_softmax(x @ weights, -1)
+        a = torch.multinomial(logp_all[ctx].exp(), 1, generator=gen).squeeze(-1)
+        r_true = torch.bernoulli(probs[ctx, a], generator=gen)
+        flip = torch.rand(n, generator=gen, dtype=torch.float64) < cfg.flip
+        r = torch.where(flip, 1 - r_true, r_true)
+        index = torch.arange(cfg.prompts).repeat_interleave(cfg.samples)
+        ones = torch.ones(n, 1, dtype=torch.float64)
+        adv, _ = grpo(token_level_rewards=r[:, None], response_mask=ones, index=index)
+        fresh = {"ctx": ctx, "a": a, "old": logp_all[ctx, a][:, None], "adv": adv, "index": index}
+        mu = exact() if signal == "oracle" else float(r.mean())
+        sig, history = ctl.step(history, mu)
+        rows = [fresh]
+        coef = torch.zeros(n)
+        if method == "pipo" and cache is not None and sig["scale"] > 0:
+            coef = sig["scale"] * layback_coefficients(cache["adv"][:, 0], cache["index"], sig["xi"])
+            rows.append(cache)
+        if method == "pipo":
+            cache = fresh
+        parts = [(rows[0], torch.zeros(n), False)] + ([(rows[1], coef, True)] if len(rows) > 1 else [])
+        steps = [parts] if fold else [[q] for q in reversed(parts)]  # two steps: layback first
+        for group in steps:
+            loss = _bandit_pipo_loss(x @ weights, group)
+            grad, = torch.autograd.grad(loss, weights)
+            with torch.no_grad():
+                weights -= cfg.lr * lr_scale * grad
+        out["J"].append(exact())
+        out["scale"].append(sig["scale"] if len(rows) > 1 else 0.0)
+        out["xi"].append(sig["xi"])
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _bandit_pipo_loss(logits: torch.Tensor, parts) -> torch.Tensor:
+    """The registered ``pipo`` loss on bandit rows (one token per row): ``parts`` is a list of
+    ``(rows, coef, cached)``, each a part with its own normalisation."""
+    old = torch.cat([q["old"] for q, _, _ in parts])
+    logp = torch.log_softmax(logits, -1)[torch.cat([q["ctx"] for q, _, _ in parts]),
+                                         torch.cat([q["a"] for q, _, _ in parts])][:, None]
+    adv = torch.cat([q["adv"] for q, _, _ in parts])
+    cached = torch.cat([torch.full((len(q["a"]), 1), float(c)) for q, _, c in parts]).double()
+    counts = torch.cat([torch.full((len(q["a"]), 1), float(len(q["a"]))) for q, _, _ in parts]).double()
+    coef = torch.cat([cf[:, None] for _, cf, _ in parts]).double()
+    ones = torch.ones_like(old)
+    loss, _ = compute_pipo_loss(old, logp, adv, ones, pipo_coef=coef * cached, pipo_phi=1 - cached,
+                                pipo_cached=cached, pipo_tokens=counts, pipo_seqs=counts,
+                                global_tokens=float(len(old)), global_seqs=float(len(old)))
+    return loss
+
+
+def max_drawdown(curve: np.ndarray, smooth: int = 10) -> float:
+    """Largest fall of the trailing moving average (width ``smooth``) below its running maximum."""
+    c = np.asarray(curve, float)
+    if c.ndim != 1 or c.size == 0:
+        raise ValueError("curve must be a non-empty 1-D array")
+    ma = np.array([c[max(0, i - smooth + 1):i + 1].mean() for i in range(len(c))])
+    return float((np.maximum.accumulate(ma) - ma).max())
+
+
+SETTINGS = {  # name -> BanditConfig overrides: noisy rewards, and noisy with a too-large learning rate
+    "noisy": dict(flip=0.2, lr=2.0),
+    "noisy, high lr": dict(flip=0.2, lr=96.0),
+}
+
+
+def run_lr_sweep(P: Profile, lrs=(2.0, 8.0, 32.0, 96.0), seeds: int | None = None) -> dict:
+    """GRPO alone at several learning rates (noisy rewards): ``final[lr]`` and ``drawdown[lr]``
+    ``(seeds,)``, to show where a larger step stops helping and starts hurting."""
+    steps = P.pick(smoke=40, book=300)
+    n = seeds or P.toy_seeds
+    final, drawdown = {}, {}
+    with one_torch_thread():
+        for lr in lrs:
+            runs = [train_bandit("grpo", BanditConfig(steps=steps, flip=0.2, lr=lr), seed) for seed in range(n)]
+            final[lr] = np.array([r["J"][-max(1, steps // 10):].mean() for r in runs])
+            drawdown[lr] = np.array([max_drawdown(r["J"]) for r in runs])
+    return {"lrs": tuple(lrs), "final": final, "drawdown": drawdown}
+ARMS = {  # name -> train_bandit keywords
+    "GRPO": dict(method="grpo"),
+    "GRPO+PIPO": dict(method="pipo"),
+    "GRPO+PIPO (released window)": dict(method="pipo", window_mode="released"),
+    "GRPO+PIPO (oracle signal)": dict(method="pipo", signal="oracle"),
+    "GRPO, 2x lr": dict(method="grpo", lr_scale=2.0),
+}
+
+
+def run_bandit_experiment(P: Profile, settings=None, arms=None, seeds: int | None = None) -> dict:
+    """Every arm in every setting over ``P.toy_seeds`` seeds (paired: a seed fixes the bandit and the
+    initial policy). ``final[(setting, arm)]`` ``(seeds,)``: mean exact reward over the last tenth of
+    training; ``drawdown``: max drawdown of its 10-step moving average; ``curves``: ``(seeds, steps)``;
+    ``layback_frac``: share of steps with a layback term; ``agreement``: :func:`verdict_agreement`."""
+    steps = P.pick(smoke=40, book=300)
+    n = seeds or P.toy_seeds
+    settings, arms = settings or list(SETTINGS), arms or list(ARMS)
+    t0 = time.perf_counter()
+    curves, final, drawdown, frac, agree = {}, {}, {}, {}, {}
+    with one_torch_thread():
+        for s in settings:
+            cfg = BanditConfig(steps=steps, **SETTINGS[s])
+            for a in arms:
+                runs = [train_bandit(cfg=cfg, seed=seed, **ARMS[a]) for seed in range(n)]
+                curves[(s, a)] = np.stack([r["J"] for r in runs])
+                final[(s, a)] = curves[(s, a)][:, -max(1, steps // 10):].mean(1)
+                drawdown[(s, a)] = np.array([max_drawdown(c) for c in curves[(s, a)]])
+                frac[(s, a)] = np.array([(r["scale"] > 0).mean() for r in runs])
+                agree[(s, a)] = np.array([verdict_agreement(r) for r in runs])
+    return {"settings": settings, "arms": arms, "seeds": n, "steps": steps, "curves": curves, "final": final,
+            "drawdown": drawdown, "layback_frac": frac, "agreement": agree, "seconds": time.perf_counter() - t0}
+
+
+def verdict_agreement(run: dict, warmup: int = 8) -> float:
+    """Share of steps (after the warm-up) whose verdict ``sign(xi_t)`` has the sign of the true
+    improvement made by the previous update, ``J(pi_t) - J(pi_{t-1})`` (exact expected rewards)."""
+    J, xi = np.asarray(run["J"]), np.asarray(run["xi"])
+    # at step t (0-based) the policy sampled is the one after step t-1: its improvement is J[t-1] - J[t-2]
+    t = np.arange(max(2, warmup), len(J))
+    true = J[t - 1] - J[t - 2]
+    keep = true != 0
+    return float(np.mean(np.sign(xi[t][keep]) == np.sign(true[keep]))) if keep.any() else float("nan")
+
+
+SETTING = ("log-linear softmax policy (6 shared features) on a 32-context, 8-arm bandit (one right arm per "
+           "context), 4 contexts x 8 samples per step, 300 steps, rewards flipped with probability 0.2, SGD "
+           "(lr 2, or 96 for the high-lr setting); PIPO with K = 8, s_neg = 0.1 (the authors' math config), one "
+           "step on the sum of both terms")
+
+
+def bandit_claims() -> dict[str, Claim]:
+    common = dict(paper=PAPER, source="abstract and the authors' project page (stability under noise-driven "
+                  "regressions)", setting=SETTING, paper_number="math benchmarks (not reproduced)")
+    out = {}
+    for s in ("noisy", "noisy, high lr"):
+        tag = s.replace(", ", "-").replace(" ", "-")
+        out[f"{tag}/final"] = Claim(key=f"pipo/{tag}-final", statement="PIPO ends higher than its base "
+                                    f"algorithm [{s} setting]", metric=f"exact expected reward over the last "
+                                    f"tenth of training, {s}", method="GRPO+PIPO", baseline="GRPO",
+                                    kind="greater", **common)
+        out[f"{tag}/drawdown"] = Claim(key=f"pipo/{tag}-drawdown", statement="PIPO suppresses or reverses updates "
+                                       f"that follow drops: smaller drawdowns [{s} setting]",
+                                       metric=f"max drawdown of the 10-step moving average of the expected reward, {s}",
+                                       method="GRPO+PIPO", baseline="GRPO", kind="less", **common)
+    out["control/final"] = Claim(key="pipo/oracle-control-final", statement="positive control: with an exact "
+                                 "improvement signal the layback raises the final reward [noisy setting]",
+                                 metric="exact expected reward over the last tenth of training, noisy",
+                                 method="GRPO+PIPO (oracle signal)", baseline="GRPO", kind="greater", **common)
+    out["control/drawdown"] = Claim(key="pipo/oracle-control-drawdown", statement="positive control: with an "
+                                    "exact improvement signal the layback lowers the drawdowns [noisy, high lr]",
+                                    metric="max drawdown of the 10-step moving average, noisy, high lr",
+                                    method="GRPO+PIPO (oracle signal)", baseline="GRPO", kind="less", **common)
+    return out
+
+
+def bandit_verdicts(out: dict) -> dict[str, Verdict]:
+    c, f, d, s = bandit_claims(), out["final"], out["drawdown"], out["seconds"]
+    v = {}
+    for key, claim in c.items():
+        tag, what = key.split("/")
+        setting = {"noisy": "noisy", "control": "noisy" if what == "final" else "noisy, high lr"}.get(tag, "noisy, high lr")
+        m = f if what == "final" else d
+        v[key] = evaluate(claim, m[(setting, claim.method)], m[(setting, "GRPO")], seconds=s)
+    return v
+
+
+# ---------------------------------------------------------------------- the tiny language model
+def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4) -> dict:
+    """GRPO against GRPO + PIPO (the registered ``pipo`` sampler and loss) on the tiny addition model
+    with a noisy verifier (each reward flipped with probability 0.2), ``P.seeds`` paired seeds.
+
+    Returns ``true_reward[arm]`` ``(seeds, steps)`` (true mean reward of the fresh samples),
+    ``acc[arm]`` ``(seeds,)`` held-out greedy accuracy at the end, ``base_acc``, ``layback_frac[arm]``,
+    ``seconds``."""
+    from ..lm import load_base_model
+    from ..tasks import get_task
+    from ..train import RLConfig, Trainer
+    from .noisy import make_noisy_reward
+
+    n = seeds or P.seeds
+    steps = steps or P.pick(smoke=3, book=40)
+    t0 = time.perf_counter()
+    arms = {"GRPO": dict(), "GRPO+PIPO": dict(sampler="pipo", policy_loss="pipo")}
+    out = {"true_reward": {}, "acc": {}, "layback_frac": {}}
+    with one_torch_thread():
+        model, tok = load_base_model("addition", "medium", prof=P, progress=False)
+        ex = get_task("addition").examples(P.pick(smoke=16, book=128), seed=1234, split="test")
+        base_acc = None
+        for arm, parts in arms.items():
+            tr_rewards, accs, fracs = [], [], []
+            for seed in range(n):
+                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
+                               steps=steps, learning_rate=lr, max_completion_length=10, seed=seed,
+                               reward=make_noisy_reward(0.2, 0.2, "sample", seed=seed), progress=False, **parts)
+                trainer = Trainer(copy.deepcopy(model), tok, "addition", cfg, eval_examples=ex)
+                if base_acc is None:
+                    base_acc = trainer.evaluate()
+                trainer.train()
+                tr_rewards.append(trainer.state["noisy_verifier"]["true_reward"])
+                accs.append(trainer.evaluate())
+                log = trainer.state.get("pipo", {}).get("log", [])
+                fracs.append(float(np.mean([e["layback"] for e in log])) if log else 0.0)
+            out["true_reward"][arm] = np.array(tr_rewards)
+            out["acc"][arm] = np.array(accs)
+            out["layback_frac"][arm] = np.array(fracs)
+    out.update(base_acc=base_acc, seeds=n, steps=steps, seconds=time.perf_counter() - t0)
+    return out
+
+
+LM_CLAIM = Claim(key="pipo/lm-final", paper=PAPER, source="abstract", statement="PIPO ends higher than its base "
+                 "algorithm (GRPO) under a noisy verifier", paper_number="math benchmarks (not reproduced)",
+                 setting="tiny Llama (book profile) pre-trained on two-digit addition to about 50%; GRPO, 8 prompts x 8 "
+                 "samples, lr 1e-4, rewards flipped with probability 0.2; PIPO K = 8, s_neg = 0.1",
+                 metric="held-out greedy accuracy at the end of training", method="GRPO+PIPO", baseline="GRPO",
+                 kind="greater")
+
+
+def lm_verdict(out: dict) -> Verdict:
+    return evaluate(LM_CLAIM, out["acc"]["GRPO+PIPO"], out["acc"]["GRPO"], seconds=out["seconds"])
