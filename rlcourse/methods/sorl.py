@@ -312,10 +312,10 @@ def expected_lock_return(logits: torch.Tensor, codes: torch.Tensor, cfg: LockCon
 
 # the arms of the experiment: name -> (registered loss, keyword arguments)
 ARMS = {
-    "PPO (token)": ("vanilla", {}),
-    "Turn-PPO": ("turn_ppo", {"normalizer": "none"}),
-    "S-PPO (token + norm)": ("turn_ppo", {"level": "token", "normalizer": "bias"}),
-    "SO-PPO (turn + norm)": ("sorl", {}),
+    "GRPO (token)": ("vanilla", {}),
+    "Turn-GRPO": ("turn_ppo", {"normalizer": "none"}),
+    "token + norm": ("turn_ppo", {"level": "token", "normalizer": "bias"}),
+    "SO-GRPO (turn + norm)": ("sorl", {}),
     "no clip": ("pg", {}),
 }
 
@@ -403,10 +403,10 @@ def run_staleness_experiment(P: Profile, stalenesses=None, arms=None, seeds: int
 
 # ---------------------------------------------------------------------- the claims
 SETTING = ("tabular softmax policy on a multi-turn code lock (8 contexts, 3 doors, 4-symbol codes over 2 symbols, "
-           "6 turns, 16 episodes per context per step, group-normalised returns); batches played by the policy of "
+           "6 turns, 16 episodes per context per step, group-normalised returns, so the arms are GRPO's forms); batches played by the policy of "
            "L steps ago, 4 SGD steps per batch (lr 100, no gradient clipping); epsilon = 0.2; normaliser 'bias' with "
            "lambda = 1 (a reconstruction)")
-SO, PPO = "SO-PPO (turn + norm)", "PPO (token)"
+SO, TOKEN = "SO-GRPO (turn + norm)", "GRPO (token)"  # the arms the claims compare
 
 
 def claims(stalenesses) -> dict[str, Claim]:
@@ -418,21 +418,21 @@ def claims(stalenesses) -> dict[str, Claim]:
         "stable-return": Claim(key="sorl/stable-return", statement="SO-PPO/SO-GRPO prevent the performance collapse "
                                "that token-level PPO/GRPO shows in off-policy multi-turn training",
                                metric=f"expected return over the last fifth of training, staleness L = {hi}",
-                               method=SO, baseline=PPO, kind="greater", **common),
-        "lower-clip": Claim(key="sorl/lower-clip", statement="SORL keeps lower clipping ratios than token-level PPO",
+                               method=SO, baseline=TOKEN, kind="greater", **common),
+        "lower-clip": Claim(key="sorl/lower-clip", statement="SORL keeps lower clipping ratios than token-level PPO/GRPO",
                             metric=f"share of tokens whose ratio leaves [1 - eps, 1 + eps] (first epoch), L = {hi}",
-                            method=SO, baseline=PPO, kind="less", **common),
+                            method=SO, baseline=TOKEN, kind="less", **common),
         "lower-grad": Claim(key="sorl/lower-grad", statement="SORL mitigates gradient variance (conservative, robust "
                             "updates)", metric=f"mean over training of the largest per-batch gradient norm, L = {hi}",
-                            method=SO, baseline=PPO, kind="less", **common),
-        "on-policy-match": Claim(key="sorl/on-policy-match", statement="SO-PPO matches token-level PPO's performance "
+                            method=SO, baseline=TOKEN, kind="less", **common),
+        "on-policy-match": Claim(key="sorl/on-policy-match", statement="SO-GRPO matches token-level GRPO's performance "
                                  "(within 0.05 of the return) when the data are fresh",
                                  metric=f"expected return over the last fifth of training, L = {lo}",
-                                 method=SO, baseline=PPO, kind="equivalent", margin=0.05, **common),
+                                 method=SO, baseline=TOKEN, kind="equivalent", margin=0.05, **common),
         "control-staleness": Claim(key="sorl/control-staleness", statement="(control) stale data hurt token-level "
-                                   "PPO on this testbed, so there is an instability to remove",
-                                   metric=f"PPO's expected return over the last fifth, L = {lo} against L = {hi}",
-                                   method=f"PPO at L = {lo}", baseline=f"PPO at L = {hi}", kind="greater", **common),
+                                   "GRPO on this testbed, so there is an instability to remove",
+                                   metric=f"token-level GRPO's expected return over the last fifth, L = {lo} against L = {hi}",
+                                   method=f"GRPO at L = {lo}", baseline=f"GRPO at L = {hi}", kind="greater", **common),
     }
 
 
@@ -441,18 +441,18 @@ def staleness_verdicts(out: dict) -> dict[str, Verdict]:
     ls = out["stalenesses"]
     hi, lo = max(ls), min(ls)
     c, s, S = claims(ls), out["seconds"], out["summary"]
-    v = {"stable-return": evaluate(c["stable-return"], S[(SO, hi)]["final"], S[(PPO, hi)]["final"], seconds=s),
-         "lower-clip": evaluate(c["lower-clip"], S[(SO, hi)]["clipfrac"], S[(PPO, hi)]["clipfrac"], seconds=s),
-         "lower-grad": evaluate(c["lower-grad"], S[(SO, hi)]["grad_norm"], S[(PPO, hi)]["grad_norm"], seconds=s),
-         "on-policy-match": evaluate(c["on-policy-match"], S[(SO, lo)]["final"], S[(PPO, lo)]["final"], seconds=s)}
-    v["control-staleness"] = evaluate(c["control-staleness"], S[(PPO, lo)]["final"], S[(PPO, hi)]["final"],
+    v = {"stable-return": evaluate(c["stable-return"], S[(SO, hi)]["final"], S[(TOKEN, hi)]["final"], seconds=s),
+         "lower-clip": evaluate(c["lower-clip"], S[(SO, hi)]["clipfrac"], S[(TOKEN, hi)]["clipfrac"], seconds=s),
+         "lower-grad": evaluate(c["lower-grad"], S[(SO, hi)]["grad_norm"], S[(TOKEN, hi)]["grad_norm"], seconds=s),
+         "on-policy-match": evaluate(c["on-policy-match"], S[(SO, lo)]["final"], S[(TOKEN, lo)]["final"], seconds=s)}
+    v["control-staleness"] = evaluate(c["control-staleness"], S[(TOKEN, lo)]["final"], S[(TOKEN, hi)]["final"],
                                       seconds=s)
     return v
 
 
 def run_learning_rate_sweep(P: Profile, lrs=(30.0, 100.0, 300.0), staleness: int | None = None,
                             seeds: int | None = None) -> dict:
-    """Final return of token-level PPO and SO-PPO at staleness 0 and ``staleness`` for several SGD
+    """Final return of token-level GRPO and SO-GRPO at staleness 0 and ``staleness`` for several SGD
     learning rates (fewer steps and seeds than the main run): where does staleness hurt at all?"""
     L = staleness if staleness is not None else P.pick(smoke=4, book=8)
     n = seeds or P.pick(smoke=1, book=3)
@@ -461,7 +461,7 @@ def run_learning_rate_sweep(P: Profile, lrs=(30.0, 100.0, 300.0), staleness: int
     with one_torch_thread():
         for lr in lrs:
             cfg = LockConfig(steps=steps, lr=lr)
-            for arm in (PPO, SO):
+            for arm in (TOKEN, SO):
                 for lag in (0, L):
                     out[(lr, arm, lag)] = float(np.mean([summarise(train_stale_lock(arm, lag, cfg, s))["final"]
                                                          for s in range(n)]))
