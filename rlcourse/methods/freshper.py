@@ -130,8 +130,9 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
 
     Returns per step ``success`` (exact, on the current map), and over all draws ``ages``, and per
     step ``ess`` (Kish ESS of the drawn trajectories' PER weights over their number),
-    ``replay_weight`` (their mean weight) and ``replayed_success`` (share of drawn trajectories that
-    reached the goal). With ``cfg.switch_at``, the map changes at that step (a planted control in
+    ``replay_weight`` (their mean weight), ``success_weight`` (the mean weight of the drawn
+    trajectories that reached the goal, at the steps that drew one) and ``replayed_success`` (share
+    of drawn trajectories that reached the goal). With ``cfg.switch_at``, the map changes at that step (a planted control in
     which old trajectories are harmful).
     """
     priority, tau, n_replay = arm
@@ -141,7 +142,7 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
     logits = torch.zeros(tables[0].shape, requires_grad=True)
     opt = torch.optim.Adam([logits], lr=cfg.lr)
     buf = ReplayBuffer(cfg.capacity, cfg.alpha, tau)
-    out = {"success": [], "ages": [], "ess": [], "replayed_success": [], "replay_weight": []}
+    out = {"success": [], "ages": [], "ess": [], "replayed_success": [], "replay_weight": [], "success_weight": []}
     for step in range(1, cfg.steps + 1):
         if cfg.switch_at is not None and step == cfg.switch_at:  # old successes now lead astray
             tables = lake_tables(make_map(10_000 + seed, cfg.size, max_turns=cfg.max_turns))
@@ -161,6 +162,9 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
             out["ess"].append(kish_ess(w) / len(w))
             out["replay_weight"].append(float(np.mean(w)))
             out["replayed_success"].append(float(parts[-1]["R"].mean()))
+            won = parts[-1]["R"].numpy() > 0
+            if won.any():
+                out["success_weight"].append(float(np.mean(w[won])))
         for e in range(cfg.episodes):
             item = {k: v[e] for k, v in fresh.items()}
             base = 1.0 if priority == "uniform" else abs(float(item["R"])) + cfg.epsilon
@@ -197,7 +201,8 @@ def run_lake_experiment(P: Profile, arms: dict | None = None, cfg: LakeConfig | 
     n = seeds or P.toy_seeds
     stale_after = max(1, cfg.steps // 3)
     start = time.perf_counter()
-    res = {"curves": {}, "auc": {}, "final": {}, "post": {}, "stale": {}, "ess": {}, "replay_weight": {}, "replayed_success": {}}
+    res = {"curves": {}, "auc": {}, "final": {}, "post": {}, "stale": {}, "ess": {}, "replay_weight": {},
+           "success_weight": {}, "replayed_success": {}}
     with one_torch_thread():
         for name, arm in arms.items():
             runs = [train_lake(arm, cfg, seed) for seed in range(n)]
@@ -208,7 +213,7 @@ def run_lake_experiment(P: Profile, arms: dict | None = None, cfg: LakeConfig | 
             if cfg.switch_at is not None:  # success on the second map only
                 res["post"][name] = curves[:, cfg.switch_at - 1:].mean(1)
             res["stale"][name] = np.array([(r["ages"] > stale_after).mean() if r["ages"].size else 0.0 for r in runs])
-            for key in ("ess", "replay_weight", "replayed_success"):
+            for key in ("ess", "replay_weight", "success_weight", "replayed_success"):
                 res[key][name] = np.array([r[key].mean() if r[key].size else np.nan for r in runs])
     res.update(config=cfg, arms=arms, seeds=n, stale_after=stale_after, seconds=time.perf_counter() - start)
     return res
@@ -238,7 +243,8 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     loss), 8 prompts x 8 samples fresh per step in both arms, ``P.seeds`` seeds.
 
     Returns ``history[arm]`` (a list of per-seed metric histories), ``accuracy[arm]`` ``(seeds,)``
-    final greedy accuracy on held-out prompts, ``buffer[arm]`` the final buffer size, ``seconds``."""
+    final greedy accuracy on ``eval_prompts`` held-out prompts, ``buffer[arm]`` the final buffer size,
+    ``seconds``."""
     import copy
 
     from ..lm.zoo import load_base_model
@@ -262,7 +268,7 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
                 acc.append(tr.evaluate())
                 size.append(len(tr.state["replay_buffer"]) if "replay_buffer" in tr.state else 0)
             out["history"][name], out["accuracy"][name], out["buffer"][name] = hist, np.array(acc), size
-    out.update(seeds=n, steps=steps, seconds=time.perf_counter() - start)
+    out.update(seeds=n, steps=steps, eval_prompts=P.pick(smoke=8, book=128), seconds=time.perf_counter() - start)
     return out
 
 
