@@ -180,9 +180,10 @@ def test_ratios_at_the_first_update(base):
     cur = response_logprobs(current, b.input_ids, b.attention_mask, b.response_len, b.temperature)
     hist = response_logprobs(bank_policy(bank, 0, current), b.input_ids, b.attention_mask, b.response_len,
                              b.temperature)
-    ratio = torch.exp(cur - b.logprobs)
-    assert (ratio[mask & ~fb] - 1).abs().max() < 1e-5
-    assert (ratio[fb] - torch.exp(cur - hist)[fb]).abs().max() < 1e-5
+    log_ratio = cur - b.logprobs
+    assert log_ratio[mask & ~fb].abs().max() < 1e-5  # ratio 1
+    assert (b.logprobs - hist)[fb].abs().max() < 1e-5  # the recorded behaviour log-prob is the writer's
+    assert (log_ratio - (cur - hist))[fb].abs().max() < 1e-5  # so the ratio is pi_theta / pi_hist
     assert (cur - hist)[fb].abs().max() > 1e-3  # the check is not vacuous: the two policies differ there
     assert (b.extras["bank_version"][fb] == 0).all()
 

@@ -93,7 +93,7 @@ def test_verdicts_on_a_synthetic_run():
     res = {"ks": [1, 2, 4], "seconds": 1.0, "seeds": N, "base_passk": np.array([0.3, 0.4, 0.5]),
            "passk": {a: np.array([[0.4, 0.5, 0.6]] * N) + 0.1 * i + 0.01 * rng.random((N, 3))
                      for i, a in enumerate(arms)},
-           "entropy": {a: rng.random((N, S)) for a in arms}, "clipfrac": {a: rng.random((N, S)) for a in arms}}
+           "held_entropy": {a: rng.random(N) for a in arms}, "clipfrac": {a: rng.random((N, S)) for a in arms}}
     v = soup_verdicts(res)
     assert set(v) == {"vs-grpo", "vs-sequence", "entropy", "clipping", "pass-at-k", "control"}
     assert v["vs-grpo"].holds and v["vs-sequence"].holds and v["control"].holds

@@ -253,6 +253,19 @@ def experiment_sizes(prof: Profile) -> dict:
                   seeds=list(range(prof.seeds)), lr=1e-4, every=5, max_snapshots=2))
 
 
+CURVES = ("passk", "held_entropy", "entropy", "clipfrac", "reward", "bank_share", "log_ratio")
+
+
+def held_out_entropy(model, tokenizer, examples, seed: int, n: int = 4) -> float:
+    """Mean token entropy of ``model``'s own samples (``n`` per prompt, temperature 1) on ``examples``:
+    the policy's effective entropy where every arm is measured alike."""
+    from ..lm.sampling import sample
+
+    b = sample(model, tokenizer, [e.prompt for e in examples], num_generations=n, max_new_tokens=10,
+               generator=torch.Generator().manual_seed(10_000 + seed))
+    return float(b.entropy.sum() / b.response_mask.sum())
+
+
 def run_soup_experiment(prof: Profile) -> dict:
     """GRPO, sequence-level mixing and Thinking Seeds from the same ``addition`` base model, same
     optimiser, learning rate, steps and prompts, over paired seeds; after training, pass@k on
@@ -261,6 +274,7 @@ def run_soup_experiment(prof: Profile) -> dict:
     ================== ============= ==============================================================
     passk[arm]         ``(N, K)``    pass@k for k in ``ks`` per seed
     base_passk         ``(K,)``      the base model's
+    held_entropy[arm]  ``(N,)``      mean token entropy of the trained policy's own held-out samples
     entropy[arm]       ``(N, S)``    the current policy's mean token entropy at each step
     clipfrac[arm]      ``(N, S)``    PPO's clipped share of tokens at each step
     reward[arm]        ``(N, S)``    mean training reward at each step
@@ -281,8 +295,7 @@ def run_soup_experiment(prof: Profile) -> dict:
         held = task.examples(z["eval_prompts"], seed=2000, split="test")
         ev = evaluate_samples(base, tok, held, z["n"], 10, torch.Generator().manual_seed(0))
         out = {"ks": z["ks"], "sizes": z, "base_passk": pass_at_k_curve(ev["correct"], z["ks"]),
-               **{key: {arm: [] for arm in ARMS} for key in ("passk", "entropy", "clipfrac", "reward", "bank_share",
-                                                             "log_ratio")}}
+               **{key: {arm: [] for arm in ARMS} for key in CURVES}}
         for seed in z["seeds"]:
             pool = task.examples(4000, seed=seed, split="train")
             for arm, sampler in ARMS.items():
@@ -295,6 +308,7 @@ def run_soup_experiment(prof: Profile) -> dict:
                 tr.train()
                 ev = evaluate_samples(tr.model, tok, held, z["n"], 10, torch.Generator().manual_seed(1 + seed))
                 out["passk"][arm].append(pass_at_k_curve(ev["correct"], z["ks"]))
+                out["held_entropy"][arm].append(held_out_entropy(tr.model, tok, held, seed))
                 h = tr.history
                 out["entropy"][arm].append([m["entropy"] for m in h])
                 out["clipfrac"][arm].append([m.get("pg_clipfrac", 0.0) for m in h])
@@ -302,7 +316,7 @@ def run_soup_experiment(prof: Profile) -> dict:
                 log = tr.state.get("checkpoint_bank", {}).get("log", [])
                 out["bank_share"][arm].append([e["bank_token_share"] for e in log] if log else [0.0] * len(h))
                 out["log_ratio"][arm].append([e["prefix_log_ratio"] for e in log] if log else [0.0] * len(h))
-    for key in ("passk", "entropy", "clipfrac", "reward", "bank_share", "log_ratio"):
+    for key in CURVES:
         out[key] = {arm: np.asarray(v, dtype=float) for arm, v in out[key].items()}
     out["seeds"] = len(z["seeds"])
     out["seconds"] = time.perf_counter() - t0
@@ -325,8 +339,8 @@ LM_CLAIMS = {
     "vs-sequence": _claim("beats-sequence-mixing", _OUTPERFORMS, "held-out pass@1 after training", "Thinking Seeds",
                           "sequence mixing"),
     "entropy": _claim("higher-entropy", "the method maintains higher effective entropy",
-                      "current policy's token entropy, mean over the last quarter of training", "Thinking Seeds",
-                      "GRPO"),
+                      "mean token entropy of the trained policy's own samples on the held-out prompts",
+                      "Thinking Seeds", "GRPO"),
     "clipping": _claim("less-clipping", "[the method] reduces gradient loss from clipping",
                        "share of clipped tokens, mean over training", "Thinking Seeds", "sequence mixing", kind="less"),
     "pass-at-k": _claim("expands-solution-space", "[the method] expands the explorable solution space",
@@ -343,12 +357,11 @@ def soup_verdicts(res: dict) -> dict[str, Verdict]:
     """The claims of :data:`LM_CLAIMS`, evaluated on :func:`run_soup_experiment`'s output."""
     ks, s = list(res["ks"]), res["seconds"]
     p1, pk = ks.index(1), len(ks) - 1
-    last = lambda x: x[:, -max(1, x.shape[1] // 4):].mean(1)  # noqa: E731
     pa, ts, sq, gr = res["passk"], "Thinking Seeds", "sequence mixing", "GRPO"
     return {
         "vs-grpo": evaluate(LM_CLAIMS["vs-grpo"], pa[ts][:, p1], pa[gr][:, p1], seconds=s),
         "vs-sequence": evaluate(LM_CLAIMS["vs-sequence"], pa[ts][:, p1], pa[sq][:, p1], seconds=s),
-        "entropy": evaluate(LM_CLAIMS["entropy"], last(res["entropy"][ts]), last(res["entropy"][gr]), seconds=s),
+        "entropy": evaluate(LM_CLAIMS["entropy"], res["held_entropy"][ts], res["held_entropy"][gr], seconds=s),
         "clipping": evaluate(LM_CLAIMS["clipping"], res["clipfrac"][ts].mean(1), res["clipfrac"][sq].mean(1), seconds=s),
         "pass-at-k": evaluate(LM_CLAIMS["pass-at-k"], pa[ts][:, pk], pa[gr][:, pk], seconds=s),
         "control": evaluate(LM_CLAIMS["control"], pa[gr][:, p1], np.full(res["seeds"], res["base_passk"][p1]),
