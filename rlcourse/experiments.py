@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import time
 
 import torch
@@ -87,7 +88,8 @@ _RACE_SETTING = ("tiny Llama (book profile) pre-trained on reversed-digit additi
 
 def race_claims() -> dict:
     """The accuracy race's claims: each estimator lifts held-out greedy accuracy over the base model by
-    more than 20 points, and GRPO ends at or above 90% (the target the experiment was set up for)."""
+    more than 20 points. (GRPO's 90% is the target the settings were tuned for, not a paper's claim:
+    :func:`race_target` reports it, and it is not in the reproduction ledger.)"""
     from .claims import Claim
 
     out = {}
@@ -99,23 +101,46 @@ def race_claims() -> dict:
             source="the papers' experiments (paraphrase)", setting=_RACE_SETTING,
             metric="final greedy accuracy minus the base model's, per seed", method=est, baseline="base model",
             kind="greater", margin=0.2)
-    out["grpo-90"] = Claim(
-        key="advantages/grpo-reaches-90", paper=_PAPERS["grpo"],
-        statement="reference claim of this chapter's experiment: GRPO lifts the addition base model to at least "
-                  "90% greedy accuracy within the budget (the target the settings were tuned for)",
-        source="this book (the tuning note of the advantages chapter)", setting=_RACE_SETTING,
-        metric="final greedy accuracy, per seed", method="grpo", reference=0.9, kind="greater", margin=0.0)
     return out
 
 
-def run_advantage_race(prof: Profile | None = None, estimators=RACE_ESTIMATORS, seeds=None) -> dict:
+RACE_TARGET = 0.9  # GRPO's final greedy accuracy the race's settings were tuned for (the lab's target)
+
+
+def _race_job(job: tuple) -> tuple:
+    """One (estimator, seed) run of the race in a worker process (one torch thread)."""
+    from .profiles import one_torch_thread, profile
+
+    name, est, seed = job
+    with one_torch_thread():
+        return (est, seed), run_advantage_comparison(profile(name), (est,), seed=seed)[est]
+
+
+def run_advantage_race(prof: Profile | None = None, estimators=RACE_ESTIMATORS, seeds=None,
+                       workers: int | None = None) -> dict:
     """:func:`run_advantage_comparison` over ``prof.seeds`` seeds (paired: seed s gives every estimator
-    the same prompts until the policies differ). Returns ``{"runs": {seed: {est: result}}, "seconds"}``."""
+    the same prompts until the policies differ). Returns ``{"runs": {seed: {est: result}}, "seconds"}``.
+
+    The (estimator, seed) runs are independent, so the book profile runs them in ``workers`` processes
+    (default: 2 where the machine has 2 cores, 1 in the smoke profile), each on one torch thread; a run's
+    numbers do not depend on which process ran it, only on the thread count (the order of sums)."""
     prof = prof or current_profile()
     seeds = list(range(prof.seeds)) if seeds is None else list(seeds)
+    if workers is None:
+        workers = prof.pick(smoke=1, book=min(2, os.cpu_count() or 1), full=os.cpu_count() or 1)
     start = time.perf_counter()
-    runs = {s: run_advantage_comparison(prof, estimators, seed=s) for s in seeds}
-    return {"runs": runs, "seconds": time.perf_counter() - start}
+    jobs = [(prof.name, est, s) for s in seeds for est in estimators]
+    if workers > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        load_base_model("addition", "medium", prof=prof, progress=False)  # build once, before the workers
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            done = dict(pool.map(_race_job, jobs))
+    else:
+        done = dict(_race_job(j) for j in jobs)
+    runs = {s: {est: done[(est, s)] for est in estimators} for s in seeds}
+    return {"runs": runs, "seconds": time.perf_counter() - start, "workers": workers}
 
 
 def race_verdicts(race: dict) -> dict:
@@ -129,10 +154,18 @@ def race_verdicts(race: dict) -> dict:
         if all(est in runs[s] for s in seeds):
             out[f"{est}-lifts"] = evaluate(claims[f"{est}-lifts"], [runs[s][est]["final_accuracy"] for s in seeds],
                                            [runs[s][est]["base_accuracy"] for s in seeds], seconds=race["seconds"])
-    if all("grpo" in runs[s] for s in seeds):
-        out["grpo-90"] = evaluate(claims["grpo-90"], [runs[s]["grpo"]["final_accuracy"] for s in seeds],
-                                  seconds=race["seconds"])
     return out
+
+
+def race_target(race: dict, target: float = RACE_TARGET) -> dict:
+    """Whether GRPO met the tuning target: ``{"finals", "met", "seeds", "sentence"}`` (per-seed final
+    greedy accuracy, how many seeds ended at or above ``target``, and a sentence saying so)."""
+    finals = [race["runs"][s]["grpo"]["final_accuracy"] for s in sorted(race["runs"])]
+    met = sum(f >= target for f in finals)
+    listed = ", ".join(f"{f:.3f}" for f in finals)
+    sentence = (f"GRPO ended at or above {target:.0%} in {met} of {len(finals)} seeds (final greedy accuracy "
+                f"{listed}; mean {sum(finals) / len(finals):.3f}).")
+    return {"finals": finals, "met": met, "seeds": len(finals), "sentence": sentence}
 
 
 def _flat_grad(loss: torch.Tensor, params) -> torch.Tensor:

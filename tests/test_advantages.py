@@ -158,3 +158,23 @@ def test_group_stats_is_the_one_group_statistic_bessel_by_default():
     assert torch.allclose(pop[:, 1], torch.ones(4)) and torch.allclose(pop[:, 0], torch.tensor([0.5, 0.5, 0, 0]))
     with pytest.raises(ValueError, match="G >= 2"):
         group_stats(x[:3, 0], torch.tensor([0, 0, 1]), min_size=2)
+
+
+def test_advantage_race_in_two_processes_equals_one():
+    """The race's (estimator, seed) runs are independent: spread over two worker processes they give
+    exactly what one process gives (each run on one torch thread either way), and the target summary
+    reads the GRPO finals."""
+    import rlcourse
+    from rlcourse.experiments import race_target, run_advantage_race
+
+    P = rlcourse.profile("smoke")
+    one = run_advantage_race(P, estimators=("rloo", "grpo"), seeds=[0, 1], workers=1)
+    two = run_advantage_race(P, estimators=("rloo", "grpo"), seeds=[0, 1], workers=2)
+    for s in (0, 1):
+        for est in ("rloo", "grpo"):
+            a, b = one["runs"][s][est], two["runs"][s][est]
+            assert a["final_accuracy"] == b["final_accuracy"]
+            assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
+    t = race_target(one)
+    assert t["seeds"] == 2 and t["finals"] == [one["runs"][s]["grpo"]["final_accuracy"] for s in (0, 1)]
+    assert t["met"] == sum(f >= 0.9 for f in t["finals"]) and f"in {t['met']} of 2 seeds" in t["sentence"]

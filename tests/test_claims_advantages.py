@@ -2,8 +2,9 @@
 
 The accuracy race (300 steps, learning rate 2e-4 decayed linearly; see the chapter's note on tuning)
 over P.seeds seeds: the chapter states, from the claim objects, that every estimator lifts held-out
-greedy accuracy by more than 20 points over the base model and that GRPO ends at or above 90%; this
-test asserts those verdicts are "holds". The gradient-noise measurement must rank its positive
+greedy accuracy by more than 20 points over the base model; this test asserts those verdicts are
+"holds". GRPO's 90% is the lab's tuning target, not a paper's claim (it is not in the ledger); the test
+asserts the target on the mean over seeds. The gradient-noise measurement must rank its positive
 control (rewards shifted by +1, no baseline) below every baseline estimator, or it could not have
 shown a baseline's effect. A one-seed book-profile measurement made while writing gave SNRs of 0.067
 (control), 0.242 (REINFORCE), 0.193 (batch-mean baseline), 0.147 (RLOO), 0.149 (GRPO), 0.147 (Dr.
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.experiments import (gradient_snr, length_bias_verdict, race_verdicts, run_advantage_race,
+from rlcourse.experiments import (gradient_snr, length_bias_verdict, race_target, race_verdicts, run_advantage_race,
                                   run_length_bias, snr_verdict)
 from rlcourse.profiles import one_torch_thread
 
@@ -31,10 +32,14 @@ VALID = ("holds", "does not hold", "inconclusive")
 
 @pytest.mark.claims
 def test_race_every_estimator_lifts_accuracy_and_grpo_reaches_90_percent():
-    v = race_verdicts(run_advantage_race(rlcourse.profile("book")))
-    for key in ("reinforce-lifts", "rloo-lifts", "grpo-lifts", "grpo-90"):
+    race = run_advantage_race(rlcourse.profile("book"))
+    v = race_verdicts(race)
+    assert sorted(v) == ["grpo-lifts", "reinforce-lifts", "rloo-lifts"]
+    for key in v:
         # each holds: every seed clears the claim's margin
         assert v[key].verdict == "holds", v[key].sentence()
+    target = race_target(race)
+    assert np.mean(target["finals"]) >= 0.9, target["sentence"]
 
 
 @pytest.mark.claims
