@@ -304,8 +304,8 @@ def _with_extras(batch: RolloutBatch, is_weight: torch.Tensor, age: torch.Tensor
 @register_sampler("replay")
 def replay_sampler(model, tokenizer, prompts, config, generator, state, examples, pool, task, reward, step,
                    base: str = "policy", replay_groups: int = 4, capacity: int = 256, alpha: float = 0.6,
-                   tau: float | None = None, beta: float = 0.4, priority: str = "reward",
-                   epsilon: float = 1e-6) -> RolloutBatch:
+                   tau: float | None = None, beta: float = 0.4, beta_final: float | None = None,
+                   priority: str = "reward", epsilon: float = 1e-6) -> RolloutBatch:
     """Fresh groups from the ``base`` sampler plus ``replay_groups`` groups replayed from a buffer of
     past steps' groups (Freshness-Aware PER with ``tau``, standard PER with ``tau=None``, uniform
     replay with ``priority="uniform"``).
@@ -314,7 +314,9 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
     ``replay_groups`` groups, draw that many (stratified, by ``P(i) ~ p_i^alpha``) with their PER
     weights; then store this step's fresh groups (so replayed groups are at least one step old, and
     replay starts at the step after the buffer first holds ``replay_groups`` groups: a documented
-    rule, not an error). ``replay_groups > capacity`` is a ValueError.
+    rule, not an error). ``replay_groups > capacity`` is a ValueError. ``beta`` is the PER weights'
+    exponent; with ``beta_final`` it is annealed linearly from ``beta`` at step 1 to ``beta_final`` at
+    ``config.steps`` (the authors anneal 0.4 to 1).
 
     ============  ========  ==============================================================
     returns       batch     fresh rows, then replayed rows; ``index`` offset by
@@ -333,6 +335,8 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
         raise ValueError(f"replay_groups must lie in [0, capacity={capacity}], got {replay_groups}")
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}; choose one of {PRIORITIES}")
+    if beta_final is not None:
+        beta = beta + (beta_final - beta) * min(1.0, (step - 1) / max(1, config.steps - 1))
     buf: ReplayBuffer = state.setdefault("replay_buffer", ReplayBuffer(capacity, alpha, tau))
     if buf.settings() != (capacity, float(alpha), tau):
         raise ValueError(f"state['replay_buffer'] was built with (capacity, alpha, tau) = {buf.settings()}, "

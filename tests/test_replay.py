@@ -264,6 +264,26 @@ def test_replay_sampler_in_the_trainer(base):
                    and torch.equal(rows.scores, s.scores) for s in stored)
 
 
+def test_replay_sampler_anneals_beta(base):
+    """With beta_final the weights' exponent runs from beta at step 1 to beta_final at config.steps:
+    at the last step, the replayed rows' weights are (P_min / P(i))^beta_final."""
+    with one_torch_thread():
+        tr = _trainer(base, priority="reward", beta=0.4, beta_final=1.0)
+        tr.train(3)
+        from rlcourse.rollout import get_sampler
+
+        ex = list(tr.train_pool[:2])
+        buf_before = copy.deepcopy(tr.state["replay_buffer"])
+        batch = get_sampler("replay")(tr.model, tr.tokenizer, [e.prompt for e in ex], tr.config, tr.generator,
+                                      tr.state, ex, tr.train_pool, tr.task, tr.reward_fn, 4, **tr.config.sampler_kwargs)
+    buf_before.refresh(4)
+    p = buf_before.probabilities()
+    w = batch.extras["is_weight"][8:, 0].numpy()
+    allowed = (p[buf_before.valid].min() / p[buf_before.valid]) ** 1.0  # beta = beta_final at the last step
+    assert len(w) == 8 and all(np.isclose(allowed, x).any() for x in w), (w, allowed)
+    assert not np.allclose(allowed, allowed ** 0.4)  # the two exponents give different weights here
+
+
 def test_replay_sampler_refuses_bad_requests(base):
     from rlcourse.train import RLConfig
 
