@@ -485,7 +485,8 @@ def expert_episode_examples(n: int, seed: int = 0) -> list:
     return out
 
 
-def run_lm_demo(P: Profile, losses=("vanilla", "sorl"), lag: int | None = None, seed: int = 0) -> dict:
+def run_lm_demo(P: Profile, losses=("vanilla", "sorl"), lag: int | None = None, seed: int = 0,
+                lr: float = 1e-3) -> dict:
     """The registered parts in the Trainer: a smoke-sized tiny LM, warm-started on expert episodes, then
     trained on the text FrozenLake with the ``multiturn`` sampler ``lag`` updates behind and each loss of
     ``losses`` (one seed: a demonstration, not a verdict). Returns each loss's history and the seconds."""
@@ -508,7 +509,7 @@ def run_lm_demo(P: Profile, losses=("vanilla", "sorl"), lag: int | None = None, 
         histories = {}
         for loss in losses:
             cfg = RLConfig(num_generations=P.pick(smoke=2, book=8), prompts_per_step=P.pick(smoke=2, book=8),
-                           steps=P.pick(smoke=2, book=30), learning_rate=1e-3, sampler="multiturn",
+                           steps=P.pick(smoke=2, book=30), learning_rate=lr, sampler="multiturn",
                            sampler_kwargs={"lag": lag}, policy_loss=loss, num_iterations=2, progress=False, seed=seed)
             histories[loss] = Trainer(copy.deepcopy(base), tok, task, cfg, train_examples=train,
                                       eval_examples=held).train()
