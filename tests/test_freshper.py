@@ -69,6 +69,7 @@ def test_train_lake_is_deterministic_and_replays_only_the_past():
     assert np.array_equal(a["success"], b["success"]) and len(a["success"]) == 12
     assert a["ages"].min() >= 1 and len(a["ages"]) == 8 * 11  # replay starts at step 2
     assert ((a["ess"] > 0) & (a["ess"] <= 1)).all()
+    assert a["kl"].shape == (12,) and (a["kl"] >= -1e-7).all()  # a KL divergence, per step
     on = train_lake(ARMS["on-policy"], cfg, 0)
     assert on["ages"].size == 0
     # with the switch, the success is measured on the second map

@@ -132,7 +132,9 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
     step ``ess`` (Kish ESS of the drawn trajectories' PER weights over their number),
     ``replay_weight`` (their mean weight), ``success_weight`` (the mean weight of the drawn
     trajectories that reached the goal, at the steps that drew one) and ``replayed_success`` (share
-    of drawn trajectories that reached the goal). With ``cfg.switch_at``, the map changes at that step (a planted control in
+    of drawn trajectories that reached the goal), and per step ``kl``, the KL divergence of the
+    policy before the update from the policy after it, averaged over the fresh episodes' moves (the
+    drift rate kappa of the ESS argument). With ``cfg.switch_at``, the map changes at that step (a planted control in
     which old trajectories are harmful).
     """
     priority, tau, n_replay = arm
@@ -142,7 +144,8 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
     logits = torch.zeros(tables[0].shape, requires_grad=True)
     opt = torch.optim.Adam([logits], lr=cfg.lr)
     buf = ReplayBuffer(cfg.capacity, cfg.alpha, tau)
-    out = {"success": [], "ages": [], "ess": [], "replayed_success": [], "replay_weight": [], "success_weight": []}
+    out = {"success": [], "ages": [], "ess": [], "replayed_success": [], "replay_weight": [], "success_weight": [],
+           "kl": []}
     for step in range(1, cfg.steps + 1):
         if cfg.switch_at is not None and step == cfg.switch_at:  # old successes now lead astray
             tables = lake_tables(make_map(10_000 + seed, cfg.size, max_turns=cfg.max_turns))
@@ -180,7 +183,12 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
         loss = (per_token * batch["mask"]).sum() / batch["mask"].sum()
         opt.zero_grad()
         loss.backward()
+        before = torch.log_softmax(logits.detach(), -1)
         opt.step()
+        with torch.no_grad():  # KL(pi_before || pi_after) over the moves of the fresh episodes
+            after = torch.log_softmax(logits, -1)
+            kl_s = (before.exp() * (before - after)).sum(-1)[fresh["states"]]
+            out["kl"].append(float((kl_s * fresh["mask"]).sum() / fresh["mask"].sum()))
         with torch.no_grad():
             out["success"].append(success_probability(torch.softmax(logits, -1).numpy(), tables, cfg.max_turns))
     return {k: np.asarray(v, dtype=float) for k, v in out.items()}
