@@ -14,10 +14,13 @@ What is asserted follows from the claims and the chapter's reading, not from a r
   chapter's text is written for any verdict, so only the verdicts' consistency with their numbers is
   asserted for them (a "holds" for a greater-claim has a positive interval, and so on).
 
-A book-profile run of the experiment while writing (before the high rate was moved from 32 to 96) gave,
-at learning rate 2: PIPO 0.729 against GRPO 0.665 (holds, interval [0.039, 0.089]), twice GRPO's
-learning rate 0.767, the oracle control 0.791 (holds, [0.098, 0.155]); the drawdown claims were
-inconclusive. The verdicts at rate 96 are those of the book run of the chapter (see the ledger).
+The book run of the chapter (5 seeds) gave, at learning rate 2: PIPO 0.729 against GRPO 0.665 (holds,
+interval [0.039, 0.089]), twice GRPO's learning rate 0.767, the oracle control 0.791 (holds, [0.098,
+0.155]); at learning rate 96: PIPO 0.717 against GRPO 0.643 (inconclusive, [-0.020, 0.169]), twice
+the rate 0.475; all three drawdown verdicts, the oracle's included, inconclusive; GRPO's sweep 0.665,
+0.832, 0.844, 0.643 at rates 2, 8, 32, 96. The tiny LM (3 seeds, 30 steps): PIPO 0.443 against GRPO
+0.490, "does not hold" ([-0.102, 0.000]); its control, PIPO with a clean verdict, 0.508 (holds, [0.008,
+0.039]); all three below the base model's 0.547. This file passed in the book profile.
 """
 import numpy as np
 import pytest
@@ -68,7 +71,8 @@ def test_high_rate_hurts_grpo(P):
 @pytest.mark.claims
 def test_lm_parts_train_the_tiny_model(P):
     lm = pipo.run_lm_experiment(P)
-    v = pipo.lm_verdict(lm)
-    assert v.seeds == P.seeds and _consistent(v), v.sentence()
+    for v in pipo.lm_verdicts(lm).values():
+        assert v.seeds == P.seeds and _consistent(v), v.sentence()
     assert lm["layback_frac"]["GRPO+PIPO"].mean() > 0.5 and (lm["layback_frac"]["GRPO"] == 0).all()
+    assert lm["layback_frac"]["GRPO+PIPO (oracle verdict)"].mean() > 0.5
     assert lm["true_reward"]["GRPO+PIPO"].shape == (P.seeds, lm["steps"])

@@ -231,3 +231,14 @@ def test_sampler_with_another_loss_appends_nothing(smoke_model):
     assert not any(e["layback"] for e in tr.state["pipo"]["log"])
     with pytest.raises(ValueError, match="window_mode"):
         PipoController(window_mode="twice")
+
+
+def test_verdict_reward_sets_mu(smoke_model):
+    """With ``verdict_reward="task"`` the window sees the clean reward of the fresh rows (the oracle
+    control), while the advantages keep the noisy scores."""
+    model, tok = smoke_model
+    tr = _trainer(model, tok, 3)
+    tr.config.sampler_kwargs["verdict_reward"] = "task"
+    tr.train()
+    log, noisy = tr.state["pipo"]["log"], tr.state["noisy_verifier"]
+    np.testing.assert_allclose([e["mu"] for e in log], noisy["true_reward"], atol=1e-6)

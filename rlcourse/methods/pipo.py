@@ -23,7 +23,6 @@ against GRPO + PIPO) and the tiny-LM run.
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -35,6 +34,7 @@ from ..claims import Claim, Verdict, evaluate
 from ..losses import agg_loss, get_policy_loss, register_policy_loss
 from ..ops import check_same_shape, masked_mean
 from ..profiles import Profile, one_torch_thread
+from ..rewards import get_reward
 from ..rollout import get_sampler, register_sampler
 
 PAPER = ("Policy Improvement Reinforcement Learning, H. Wang, X. Li, D. Wang, H. Zhou, Z. Huang, Y. Yang, J. Li, "
@@ -292,7 +292,8 @@ def _with_extras(batch, coef: torch.Tensor, phi: torch.Tensor, cached: bool):
 @register_sampler("pipo")
 def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, pool, task, reward, step,
                  base: str = "policy", window: int = 8, s_neg: float = 0.1, threshold: float = 0.0,
-                 window_mode: str = "strict", warmup: int | None = None, variance_normalization: bool = True):
+                 window_mode: str = "strict", warmup: int | None = None, variance_normalization: bool = True,
+                 verdict_reward: str | None = None):
     """PIPO's sampler: the base sampler's fresh batch ``B_t``, scored once with the loop's reward, then
     (from the warm-up on, with ``policy_loss="pipo"``) the cached previous batch ``B_{t-1}`` appended
     with its stored scores and behaviour log-probs and the extras of :func:`compute_pipo_loss`.
@@ -305,8 +306,14 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     multiplied by ``phi = clip(xi, -2, 2)`` once warm (the authors' PPO variant). With a policy loss
     other than ``"pipo"``, nothing is appended (a warning says so) and the run is the base one.
 
+    ``verdict_reward`` (a registered reward name, e.g. ``"task"``) computes ``mu_t`` with another reward
+    than the one the advantages use: with the clean verifier under a noisy training reward, it is the
+    oracle verdict of the chapter's positive control.
+
     The appended rows' examples are added to the loop's ``examples`` list in place (the loop maps each
-    row's ``index`` into it).
+    row's ``index`` into it). The loop's ``reward`` metric then averages over the cached rows too (read
+    ``state["pipo"]["log"]`` for the fresh means), and an estimator that pools over the batch or keeps
+    state sees the cached rows (group-wise estimators do not: the cached rows keep their own groups).
     """
     from ..distributed import current
     from ..train import call_with_supported
@@ -329,7 +336,9 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
         raise ValueError(f"the reward gave {tuple(scores.shape)} scores (finite?) for {len(fresh)} rows")
     fresh = replace(fresh, scores=scores)
     st = state.setdefault("pipo", {"history": [], "cache": None, "log": []})
-    sig, st["history"] = ctl.step(st["history"], float(scores.mean()))
+    mu = scores.mean() if verdict_reward is None else \
+        torch.as_tensor(get_reward(verdict_reward)(fresh, per_row, task, state), dtype=torch.float32).mean()
+    sig, st["history"] = ctl.step(st["history"], float(mu))
     is_pipo_loss = get_policy_loss(config.policy_loss) is compute_pipo_loss
     if not is_pipo_loss:
         warnings.warn(f"the pipo sampler runs with policy_loss={config.policy_loss!r}: no layback (use 'pipo')",
@@ -615,9 +624,11 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     from .noisy import make_noisy_reward
 
     n = seeds or P.seeds
-    steps = steps or P.pick(smoke=3, book=40)
+    steps = steps or P.pick(smoke=3, book=30)
     t0 = time.perf_counter()
-    arms = {"GRPO": dict(), "GRPO+PIPO": dict(sampler="pipo", policy_loss="pipo")}
+    arms = {"GRPO": dict(), "GRPO+PIPO": dict(sampler="pipo", policy_loss="pipo"),
+            "GRPO+PIPO (oracle verdict)": dict(sampler="pipo", policy_loss="pipo",
+                                               sampler_kwargs={"verdict_reward": "task"})}
     out = {"true_reward": {}, "acc": {}, "layback_frac": {}}
     with one_torch_thread():
         model, tok = load_base_model("addition", "medium", prof=P, progress=False)
@@ -652,5 +663,12 @@ LM_CLAIM = Claim(key="pipo/lm-final", paper=PAPER, source="abstract", statement=
                  kind="greater")
 
 
-def lm_verdict(out: dict) -> Verdict:
-    return evaluate(LM_CLAIM, out["acc"]["GRPO+PIPO"], out["acc"]["GRPO"], seconds=out["seconds"])
+LM_CONTROL = replace(LM_CLAIM, key="pipo/lm-oracle-control", statement="positive control: PIPO whose verdict "
+                     "mu_t is computed with the clean verifier ends higher than GRPO", method="GRPO+PIPO (oracle verdict)")
+
+
+def lm_verdicts(out: dict) -> dict[str, Verdict]:
+    """The tiny-LM claim and its positive control (the oracle verdict)."""
+    g, s = out["acc"]["GRPO"], out["seconds"]
+    return {"final": evaluate(LM_CLAIM, out["acc"]["GRPO+PIPO"], g, seconds=s),
+            "control": evaluate(LM_CONTROL, out["acc"]["GRPO+PIPO (oracle verdict)"], g, seconds=s)}
