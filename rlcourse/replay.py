@@ -328,8 +328,8 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
                             ``age`` (0 fresh, steps since storage replayed)
     ============  ========  ==============================================================
 
-    The buffer lives in ``state["replay_buffer"]`` (saved in trainer checkpoints). The replayed
-    groups' examples are appended to the loop's ``examples`` list, which the loop reads by row index.
+    The buffer lives in ``state["replay_buffer"]`` (saved in trainer checkpoints). Every row carries
+    its example in ``batch.examples`` (a replayed group's is the one it was sampled for).
     """
     if replay_groups < 0 or replay_groups > capacity:
         raise ValueError(f"replay_groups must lie in [0, capacity={capacity}], got {replay_groups}")
@@ -348,33 +348,32 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
                                 reward=reward, step=step)
     if {"is_weight", "age"} & set(fresh.extras):
         raise ValueError("the base sampler already records extras 'is_weight'/'age'; the replay sampler sets them")
+    per_row = fresh.examples if fresh.examples is not None else [examples[int(i)] for i in fresh.index]
     scores = fresh.scores if fresh.scores is not None else \
-        torch.as_tensor(reward(fresh, [examples[int(i)] for i in fresh.index], task, state), dtype=torch.float32)
+        torch.as_tensor(reward(fresh, per_row, task, state), dtype=torch.float32)
     scores = scores.reshape(-1).float()
     groups = [(g, (fresh.index == g).nonzero().squeeze(-1)) for g in torch.unique(fresh.index).tolist()]
     n_fresh = len(fresh)
-    parts, weights, ages, replayed = [replace(fresh, scores=scores)], [torch.ones(n_fresh)], [torch.zeros(n_fresh)], []
+    parts, weights, ages = [replace(fresh, scores=scores, examples=per_row)], [torch.ones(n_fresh)], [torch.zeros(n_fresh)]
     buf.refresh(step)
     if replay_groups and len(buf) >= replay_groups:
         u = torch.rand(replay_groups, generator=generator, dtype=torch.float64).numpy()
         slots, w = buf.sample(replay_groups, u, beta)
         for slot, wi in zip(slots.tolist(), w.tolist()):
             rows, example = buf.items[slot]
-            parts.append(rows)
+            parts.append(replace(rows, examples=[example] * len(rows)))
             weights.append(torch.full((len(rows),), float(wi)))
             ages.append(torch.full((len(rows),), float(step - buf.stored_at[slot])))
-            replayed.append(example)
     for g, rows in groups:
         sub = fresh.select(rows)
         stored = replace(sub, index=torch.zeros_like(sub.index), scores=scores[rows].clone(),
                          extras={k: v.clone() for k, v in sub.extras.items()})
-        buf.add((stored, examples[g]), group_priority(scores[rows], priority, epsilon), step)
+        buf.add((stored, per_row[int(rows[0])]), group_priority(scores[rows], priority, epsilon), step)
     for p in parts[1:]:
         if set(p.extras) != set(fresh.extras):
             raise ValueError("a replayed group records other extras than the base sampler's batch: "
                              f"{sorted(p.extras)} vs {sorted(fresh.extras)}")
-    batch = cat_batches(parts, tokenizer.pad_token_id)
-    examples.extend(replayed)  # the loop looks rows up as examples[index]; replayed groups follow
+    batch = cat_batches(parts, tokenizer.pad_token_id)  # each row carries its example (batch.examples)
     return _with_extras(batch, torch.cat(weights), torch.cat(ages))
 
 

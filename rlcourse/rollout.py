@@ -19,7 +19,10 @@ step         the step number (1-based)
 
 A sampler that scores its own rows with ``reward`` (to act on them) puts the scores in
 ``batch.scores``; the trainer then uses them instead of scoring again. Per-token quantities a later
-part needs go in ``batch.extras`` (see :class:`~rlcourse.lm.sampling.RolloutBatch`). The default,
+part needs go in ``batch.extras`` (see :class:`~rlcourse.lm.sampling.RolloutBatch`); a policy loss
+receives those its signature names. A sampler that adds rows beyond the step's prompts (replayed
+groups, a cached batch) gives every row's example in ``batch.examples``, and scalars it measured in
+``batch.metrics`` (logged with the step's metrics). The default,
 ``"policy"``, samples ``num_generations`` responses per prompt from the current policy;
 ``"policy_per_prompt"`` does the same with a generator per prompt, so that the samples do not depend
 on how the prompts are split across processes.

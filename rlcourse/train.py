@@ -316,7 +316,8 @@ class Trainer:
             config=cfg, generator=generator, state=self.state, examples=examples, pool=self.train_pool,
             task=self.task, reward=self.reward_fn, step=k, **cfg.sampler_kwargs)
         t_rollout = time.perf_counter()
-        per_row = [examples[int(i)] for i in batch.index]
+        # a sampler that adds rows beyond the step's prompts (replayed or cached ones) names their examples
+        per_row = batch.examples if batch.examples is not None else [examples[int(i)] for i in batch.index]
         # a sampler that already scored its rows with the loop's reward (e.g. S-GRPO's injection) hands
         # the scores over, so the reward the advantages see is the one the sampler acted on
         scores = batch.scores if batch.scores is not None else self.reward_fn(batch, per_row, self.task, self.state)
@@ -379,6 +380,10 @@ class Trainer:
         })
         if values is not None:
             metrics["explained_variance"] = explained_variance(values, returns, mask)
+        clash = sorted(set(batch.metrics) & set(metrics))
+        if clash:
+            raise ValueError(f"the sampler's batch.metrics {clash} shadow metrics the loop logs")
+        metrics.update({key: float(v) for key, v in batch.metrics.items()})
         if cfg.eval_every and (k % cfg.eval_every == 0 or k == cfg.steps):
             metrics["eval_greedy_accuracy"] = self.evaluate()
         # data-parallel: per-row metrics averaged over processes; parts of the global loss summed

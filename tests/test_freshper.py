@@ -91,11 +91,11 @@ def test_experiment_and_verdicts_in_smoke():
     v = lake_verdicts(out)
     assert set(v) == {"beats-on-policy", "per-degrades", "decay-beats-per", "decay-cuts-staleness"}
     assert all(x.seeds == 1 and x.verdict == "inconclusive" for x in v.values())
-    assert v["per-degrades"].claim.kind == "less" and v["decay-cuts-staleness"].claim.key == "freshper/decay-cuts-staleness"
+    assert v["per-degrades"].claim.kind == "less" and v["decay-cuts-staleness"].claim.key == "freshper/lake-decay-cuts-staleness"
     sw = run_lake_experiment(P, arms={k: ARMS[k] for k in ("on-policy", "PER", "FreshPER")},
                              cfg=LakeConfig(steps=10, switch_at=6))
     vs = lake_verdicts(sw, names=("decay-beats-per",), note="switch of map")
-    assert vs["decay-beats-per"].claim.key == "freshper/decay-beats-per-switch"
+    assert vs["decay-beats-per"].claim.key == "freshper/lake-decay-beats-per-switch"
     assert "second map" in vs["decay-beats-per"].claim.metric
     assert sw["post"]["PER"].shape == (1,)
     sweep = freshper.run_tau_sweep(P, taus=(5.0,), cfg=LakeConfig(steps=5))

@@ -250,7 +250,10 @@ def test_replay_sampler_in_the_trainer(base):
         batch = get_sampler("replay")(tr.model, tr.tokenizer, [e.prompt for e in ex], tr.config, tr.generator,
                                       tr.state, ex, tr.train_pool, tr.task, tr.reward_fn, 3,
                                       **tr.config.sampler_kwargs)
-    assert len(batch) == 16 and len(ex) == 4  # two replayed examples appended for the loop's lookup
+    # the loop's list is left alone; every row names its example, a replayed group's the one it was sampled for
+    assert len(batch) == 16 and len(ex) == 2 and len(batch.examples) == 16
+    assert batch.examples[:8] == [ex[0]] * 4 + [ex[1]] * 4
+    assert all(e.prompt == p for e, p in zip(batch.examples, batch.prompts))
     w, age = batch.extras["is_weight"], batch.extras["age"]
     assert (w[:8] == 1).all() and (age[:8] == 0).all() and (age[8:] >= 1).all()
     # groups: two fresh (ids 0, 1), then two replayed groups apart from them and from each other

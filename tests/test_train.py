@@ -402,3 +402,43 @@ def test_attended_tokens_outside_the_loss_stay_in_the_context(tiny):
         other = response_logprobs(model_before, ids, dropped, T, 1.0)
     keep = mask[:, 2:3] == 1
     assert not torch.allclose(other[:, 2:3][keep], old[:, 2:3][keep], atol=1e-4)
+
+
+def test_a_sampler_names_the_examples_of_added_rows_and_logs_its_metrics(tiny):
+    """A sampler that adds rows beyond the step's prompts gives each row's example in batch.examples:
+    the reward scores those rows against them (not examples[index], which would be out of range), and
+    batch.metrics join the step's metrics; a metric that shadows one the loop logs is refused."""
+    from dataclasses import replace
+
+    from rlcourse.lm.sampling import cat_batches
+    from rlcourse.rollout import policy_sampler
+    scored = []
+
+    def adding_sampler(model, tokenizer, prompts, config, generator, state, examples, pool):
+        fresh = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        extra = policy_sampler(model, tokenizer, [pool[-1].prompt], config, generator, state)
+        per_row = [examples[int(i)] for i in fresh.index]
+        batch = cat_batches([replace(fresh, examples=per_row), replace(extra, examples=[pool[-1]] * len(extra))],
+                            tokenizer.pad_token_id)
+        batch.metrics["added_rows"] = len(extra)
+        return batch
+
+    def recording_reward(batch, examples, task, state):
+        scored.append(list(examples))
+        return digit_reward(batch, examples, task, state)
+
+    tr = make(tiny, sampler=adding_sampler, reward=recording_reward, steps=1)
+    m = tr.step()
+    assert m["added_rows"] == 4 and len(scored[0]) == 16 and scored[0][-4:] == [tr.train_pool[-1]] * 4
+
+    def shadowing(model, tokenizer, prompts, config, generator, state):
+        batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        batch.metrics["reward"] = 1.0
+        return batch
+
+    with pytest.raises(ValueError, match="shadow metrics"):
+        make(tiny, sampler=shadowing, steps=1).step()
+    with pytest.raises(ValueError, match="3 examples for 12 rows"):
+        b = policy_sampler(tiny[0], tiny[1], ["3,1,2:"] * 3, RLConfig(num_generations=4, max_completion_length=2),
+                           torch.Generator().manual_seed(0), {})
+        replace(b, examples=[None] * 3)

@@ -40,6 +40,11 @@ class RolloutBatch:
     attention        ``(B,T)`` 1 on every real token of the response side, in the loss or not
                                (a multi-turn episode's environment replies are read by the model
                                but masked out of the loss); None means ``response_mask``
+    examples         ``B``     the task example of each row, when the sampler adds rows that are
+                               not among the step's prompts (a replayed group, a cached batch); the
+                               trainer then scores and logs with these; None: ``examples[index]``
+    metrics          dict      scalars the sampler measured this step (e.g. a replay buffer's
+                               share of stale draws); the trainer adds them to the step's metrics
     ================ ========= ================================================================
 
     The response side must be right-padded: ``attention`` (or ``response_mask``) is 1 on a prefix of
@@ -60,6 +65,8 @@ class RolloutBatch:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     scores: torch.Tensor | None = None
     attention: torch.Tensor | None = None
+    examples: list | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         shape = tuple(self.response_ids.shape)
@@ -69,6 +76,8 @@ class RolloutBatch:
                 raise ValueError(f"RolloutBatch: {name} has shape {tuple(x.shape)}, response_ids {shape}")
         if self.scores is not None and tuple(self.scores.shape) != shape[:1]:
             raise ValueError(f"RolloutBatch: scores has shape {tuple(self.scores.shape)}, expected ({shape[0]},)")
+        if self.examples is not None and len(self.examples) != shape[0]:
+            raise ValueError(f"RolloutBatch: {len(self.examples)} examples for {shape[0]} rows")
         if self.attention is not None and bool(((self.response_mask != 0) & (self.attention == 0)).any()):
             raise ValueError("RolloutBatch: a token is in the loss (response_mask 1) but not attended (attention 0)")
 
@@ -111,7 +120,8 @@ class RolloutBatch:
         if self.attention is not None:
             tensors["attention"] = self.attention[rows]
         return replace(self, **tensors, extras={k: v[rows] for k, v in self.extras.items()},
-                       prompts=[self.prompts[i] for i in pick], texts=[self.texts[i] for i in pick])
+                       prompts=[self.prompts[i] for i in pick], texts=[self.texts[i] for i in pick],
+                       examples=None if self.examples is None else [self.examples[i] for i in pick])
 
     def widen(self, T: int, pad_token_id: int) -> "RolloutBatch":
         """A copy whose per-token tensors are right-padded to ``T`` columns (``response_ids`` with
@@ -132,8 +142,8 @@ def cat_batches(batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBa
 
     ======== ========================================================================
     batches  a non-empty sequence of :class:`RolloutBatch` sampled at one temperature, all
-             with or all without ``entropy``, ``scores`` and ``attention``, with the same
-             ``extras`` keys
+             with or all without ``entropy``, ``scores``, ``attention`` and ``examples``, with
+             the same ``extras`` keys (``metrics`` are not carried: they describe a step)
     returns  ``(sum of B, max P)`` prompts and ``(sum of B, max T)`` responses
     ======== ========================================================================
 
@@ -148,6 +158,7 @@ def cat_batches(batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBa
                        ("entropy (recorded or not)", lambda b: (b.entropy is None) == (first.entropy is None)),
                        ("scores (given or not)", lambda b: (b.scores is None) == (first.scores is None)),
                        ("attention (given or not)", lambda b: (b.attention is None) == (first.attention is None)),
+                       ("examples (given or not)", lambda b: (b.examples is None) == (first.examples is None)),
                        ("extras keys", lambda b: set(b.extras) == set(first.extras))]:
         if not all(same(b) for b in batches):
             raise ValueError(f"cat_batches: the batches differ in {name}")
@@ -169,7 +180,8 @@ def cat_batches(batches: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBa
         temperature=first.temperature, entropy=None if first.entropy is None else cat("entropy"),
         extras={k: torch.cat([b.extras[k] for b in wide]) for k in first.extras},
         scores=None if first.scores is None else cat("scores"),
-        attention=None if first.attention is None else cat("attention"))
+        attention=None if first.attention is None else cat("attention"),
+        examples=None if first.examples is None else [e for b in wide for e in b.examples])
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

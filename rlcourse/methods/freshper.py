@@ -311,7 +311,8 @@ CLAIMS = {
 def claim(name: str, cfg: LakeConfig, seeds: int, note: str = "") -> Claim:
     """The claim ``name`` of :data:`CLAIMS` in the setting ``cfg`` (``note`` says what differs)."""
     statement, source, number, method, baseline, kind, metric = CLAIMS[name]
-    return Claim(key=f"freshper/{name}" + (f"-{note.split()[0]}" if note else ""), paper=PAPER,
+    suffix = f"-{note.split()[0]}" if note else ""  # a variant's claims get keys of their own
+    return Claim(key=f"freshper/lake-{name}{suffix}", paper=PAPER,
                  statement=statement, source=source, paper_number=number, method=method, baseline=baseline,
                  kind=kind, metric=metric, setting=setting(cfg, seeds) + (f"; {note}" if note else ""))
 

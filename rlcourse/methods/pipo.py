@@ -329,7 +329,7 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
                                 generator=generator, state=state, examples=examples, pool=pool, task=task,
                                 reward=reward, step=step)
     n_fresh_prompts = len(examples)
-    per_row = [examples[int(i)] for i in fresh.index]
+    per_row = fresh.examples if fresh.examples is not None else [examples[int(i)] for i in fresh.index]
     scores = fresh.scores if fresh.scores is not None else reward(fresh, per_row, task, state)
     scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
     if scores.shape[0] != len(fresh) or not torch.isfinite(scores).all():
@@ -353,7 +353,7 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
         st["log"].append(dict(sig, layback=False, phi=phi))
         return _fill_counts(out)
     prev = st["cache"]
-    st["cache"] = {"batch": fresh, "examples": [examples[i] for i in range(n_fresh_prompts)], "adv_bar": adv_bar}
+    st["cache"] = {"batch": fresh, "examples": per_row, "adv_bar": adv_bar}
     layback = prev is not None and sig["scale"] > 0
     st["log"].append(dict(sig, layback=layback))
     out = _with_extras(fresh, [0.0] * B, [1.0] * B, cached=False)
@@ -370,7 +370,8 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
         out = replace(out, attention=out.response_mask.clone())
     if int(out.index.max()) + 1 != n_fresh_prompts:
         raise ValueError(f"the base sampler's group ids must be 0..{n_fresh_prompts - 1} (one per prompt)")
-    examples.extend(prev["examples"])  # the loop maps row index -> examples[index]
+    out = replace(out, examples=per_row)  # each row carries its example (batch.examples)
+    old_part = replace(old_part, examples=list(prev["examples"]))
     return _fill_counts(cat_batches([out, old_part], tokenizer.pad_token_id))
 
 
@@ -580,11 +581,11 @@ def bandit_claims() -> dict[str, Claim]:
     out = {}
     for s in ("noisy", "noisy, high lr"):
         tag = s.replace(", ", "-").replace(" ", "-")
-        out[f"{tag}/final"] = Claim(key=f"pipo/{tag}-final", statement="PIPO ends higher than its base "
+        out[f"{tag}/final"] = Claim(key=f"pipo/bandit-{tag}-final", statement="PIPO ends higher than its base "
                                     f"algorithm [{s} setting]", metric=f"exact expected reward over the last "
                                     f"tenth of training, {s}", method="GRPO+PIPO", baseline="GRPO",
                                     kind="greater", **common)
-        out[f"{tag}/drawdown"] = Claim(key=f"pipo/{tag}-drawdown", statement="PIPO suppresses or reverses updates "
+        out[f"{tag}/drawdown"] = Claim(key=f"pipo/bandit-{tag}-drawdown", statement="PIPO suppresses or reverses updates "
                                        f"that follow drops: smaller drawdowns [{s} setting]",
                                        metric=f"max drawdown of the 10-step moving average of the expected reward, {s}",
                                        method="GRPO+PIPO", baseline="GRPO", kind="less", **common)

@@ -329,7 +329,7 @@ _SETTING = ("tiny LM (0.6M) on 2-digit addition from the 'medium' base model; G 
 
 
 def _claim(name, statement, metric, method, baseline, kind="greater"):
-    return Claim(key=f"thinking_seeds/{name}", paper=PAPER, statement=statement, source="abstract",
+    return Claim(key=f"thinking_seeds/lm-{name}", paper=PAPER, statement=statement, source="abstract",
                  setting=_SETTING, metric=metric, method=method, baseline=baseline, kind=kind, margin=0.0)
 
 
