@@ -11,6 +11,7 @@ import rlcourse
 from rlcourse.lm import build_model, build_tokenizer, response_logprobs
 from rlcourse.losses import compute_policy_loss, get_policy_loss
 from rlcourse.methods import sorl
+from rlcourse.rewards import register_reward
 from rlcourse.multiturn import episode_text, multiturn_sampler, play_episodes, split_turns
 from rlcourse.envs import TextFrozenLake
 from rlcourse.tasks import get_task
@@ -241,3 +242,47 @@ def test_staleness_experiment_runs_and_gives_every_verdict():
     v = sorl.staleness_verdicts(out)
     assert set(v) == {"stable-return", "lower-clip", "lower-grad", "on-policy-match", "control-staleness"}
     assert all(x.seeds == 2 for x in v.values())
+
+
+def test_mass_normaliser_refuses_a_split_batch_and_is_exact_on_the_whole_one(tiny):
+    """The "mass" factor is a share over the whole batch: a call that sees part of it (a micro-batch)
+    is refused by name; on the whole batch, passing the loop's global_tokens changes nothing, and the
+    "bias" normaliser (per token) splits exactly."""
+    old, new, adv, mask, turn = episode_batch(seed=4)
+    x = old + 1.5 * (new - old)  # some turns out of the clip range
+    n = float(mask.sum())
+    whole, _ = sorl.compute_turn_ppo_loss(old, x, adv, mask, turn_index=turn, normalizer="mass")
+    same, _ = sorl.compute_turn_ppo_loss(old, x, adv, mask, turn_index=turn, normalizer="mass", global_tokens=n)
+    assert torch.equal(whole, same)
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        sorl.compute_turn_ppo_loss(old[:2], x[:2], adv[:2], mask[:2], turn_index=turn[:2], normalizer="mass",
+                                   global_tokens=n)
+    # the per-part mass really differs from the whole batch's here (what the refusal prevents) ...
+    parts = sum(sorl.compute_turn_ppo_loss(old[s], x[s], adv[s], mask[s], turn_index=turn[s], normalizer="mass")[0]
+                * float(mask[s].sum()) / n for s in (slice(0, 2), slice(2, None)))
+    assert not torch.allclose(parts, whole)
+    # ... while the per-token "bias" normaliser sums over micro-batches to the whole-batch loss
+    bias = sorl.compute_turn_ppo_loss(old, x, adv, mask, turn_index=turn, normalizer="bias")[0]
+    split = sum(sorl.compute_turn_ppo_loss(old[s], x[s], adv[s], mask[s], turn_index=turn[s], normalizer="bias",
+                                           global_tokens=n)[0] for s in (slice(0, 2), slice(2, None)))
+    torch.testing.assert_close(split, bias)
+    # in the Trainer: refused with micro-batches, runs on the whole batch
+    model, tok = tiny
+    task = get_task("frozenlake")
+    train = task.examples(8, seed=0)
+
+    def step(**kw):
+        cfg = RLConfig(num_generations=4, prompts_per_step=2, steps=1, sampler="multiturn", policy_loss="sorl",
+                       loss_kwargs={"normalizer": "mass"}, reward="test_sorl_rand", skip_zero_advantage_rows=False,
+                       progress=False, **kw)
+        return Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=train, eval_examples=train[:2]).train()
+
+    with pytest.raises(ValueError, match="'mass' normaliser"):
+        step(micro_batch_size=3)
+    assert np.isfinite(step()[-1]["loss"])
+
+
+@register_reward("test_sorl_rand", overwrite=True)
+def _random_reward(batch, examples, task, state):
+    """A reward that varies within every group, so that every row has a nonzero advantage."""
+    return torch.rand(len(batch.texts), generator=torch.Generator().manual_seed(len(batch.texts)))

@@ -143,6 +143,12 @@ def compute_turn_ppo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, ad
     advantages     ``(B,T)`` per-token advantages
     response_mask  ``(B,T)`` 1 on the agent's tokens; 0 on environment replies and padding
     turn_index     ``(B,T)`` long, from the sampler's ``batch.extras["turn_index"]``
+    global_tokens  float     the whole batch's loss tokens (the loop passes it); with
+                   ``normalizer="mass"`` a call that sees fewer (a micro-batch, one process of
+                   several, or the rows left after zero-advantage rows were skipped) is refused
+                   with a ValueError, since the share of ``|A|`` in range would then be the part's,
+                   not the batch's (under ``loss_type="bnpo"`` the loop passes none: that loss
+                   type defines each micro-batch as its own batch, and so does the mass)
     returns        ``(loss, metrics)``: scalar and floats ``pg_clipfrac`` (share of tokens whose
                    clip is active), ``ratio_out_frac`` (share whose ratio is outside the range),
                    ``norm_mean`` (mean normaliser), ``ppo_kl``, ``ratio_mean``
@@ -152,6 +158,14 @@ def compute_turn_ppo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, ad
                      response_mask=response_mask)
     if normalizer not in NORMALIZERS:
         raise ValueError(f"unknown normalizer {normalizer!r}; choose one of {NORMALIZERS}")
+    if normalizer == "mass" and global_tokens is not None and abs(float(response_mask.sum()) - global_tokens) > 0.5:
+        raise ValueError(
+            f"the 'mass' normaliser is a statistic of the whole batch, but this call sees "
+            f"{float(response_mask.sum()):.0f} of the batch's {global_tokens:.0f} loss tokens (global_tokens): "
+            "RLConfig.micro_batch_size, data-parallel processes, or the loop leaving out rows whose advantages "
+            "are all zero split the batch, and a per-part share would silently change the loss; train it with "
+            "RLConfig(micro_batch_size=None, skip_zero_advantage_rows=False) on one process, or use "
+            "normalizer='bias' (per token, exact under any split)")
     log_ratio = (log_prob - old_log_prob.detach()).clamp(-20.0, 20.0)
     lr_level = level_log_ratio(log_ratio, response_mask, turn_index, level).clamp(-20.0, 20.0)
     ratio = torch.exp(lr_level)
@@ -412,25 +426,28 @@ SO, TOKEN = "SO-GRPO (turn + norm)", "GRPO (token)"  # the arms the claims compa
 def claims(stalenesses) -> dict[str, Claim]:
     """The claims the chapter tests, keyed by short name."""
     hi, lo = max(stalenesses), min(stalenesses)
-    common = dict(paper=PAPER, source="abstract", setting=SETTING,
-                  paper_number="search-agent QA benchmarks (not reproduced)")
+    common = dict(paper=PAPER, setting=SETTING, paper_number="QA benchmarks (not reproduced)")
+    abstract = 'abstract ("prevent optimization collapse", "mitigate gradient variance")'
     return {
         "stable-return": Claim(key="sorl/stable-return", statement="SO-PPO/SO-GRPO prevent the performance collapse "
-                               "that token-level PPO/GRPO shows in off-policy multi-turn training",
+                               "that token-level PPO/GRPO shows in off-policy multi-turn training", source=abstract,
                                metric=f"expected return over the last fifth of training, staleness L = {hi}",
                                method=SO, baseline=TOKEN, kind="greater", **common),
         "lower-clip": Claim(key="sorl/lower-clip", statement="SORL keeps lower clipping ratios than token-level PPO/GRPO",
+                            source="secondary summaries (not in the abstract, which says 'more conservative' updates)",
                             metric=f"share of tokens whose ratio leaves [1 - eps, 1 + eps] (first epoch), L = {hi}",
                             method=SO, baseline=TOKEN, kind="less", **common),
         "lower-grad": Claim(key="sorl/lower-grad", statement="SORL mitigates gradient variance (conservative, robust "
-                            "updates)", metric=f"mean over training of the largest per-batch gradient norm, L = {hi}",
+                            "updates)", source=abstract, metric=f"mean over training of the largest per-batch gradient norm, L = {hi}",
                             method=SO, baseline=TOKEN, kind="less", **common),
         "on-policy-match": Claim(key="sorl/on-policy-match", statement="SO-GRPO matches token-level GRPO's performance "
                                  "(within 0.05 of the return) when the data are fresh",
+                                 source="ours: the abstract does not say it; a check that the normaliser costs nothing "
+                                 "when there is no staleness",
                                  metric=f"expected return over the last fifth of training, L = {lo}",
                                  method=SO, baseline=TOKEN, kind="equivalent", margin=0.05, **common),
         "control-staleness": Claim(key="sorl/control-staleness", statement="(control) stale data hurt token-level "
-                                   "GRPO on this testbed, so there is an instability to remove",
+                                   "GRPO on this testbed, so there is an instability to remove", source="ours (a positive control)",
                                    metric=f"token-level GRPO's expected return over the last fifth, L = {lo} against L = {hi}",
                                    method=f"GRPO at L = {lo}", baseline=f"GRPO at L = {hi}", kind="greater", **common),
     }
