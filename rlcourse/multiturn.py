@@ -22,7 +22,7 @@ character tokenizer does; :func:`check_concatenation` refuses a tokenizer that d
 For the training loop, the module registers the task ``"frozenlake"`` (examples carry the map in
 ``meta["map_seed"]``; the verifier replays a transcript in the environment) and the sampler
 ``"multiturn"`` (``G`` episodes per prompt, environment replies in ``attention`` but not in
-``response_mask``, ``extras["turn_index"]``, and optionally a behaviour policy ``lag`` updates old).
+``response_mask``, ``extras["turn_index"]``, and optionally a behaviour policy ``lag`` steps old).
 """
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ def lagged_policy(model, state: dict, lag: int):
 def multiturn_sampler(model, tokenizer, prompts, config, generator, state, examples=None, lag: int = 0,
                       max_turns: int | None = None, tokens_per_turn: int = 2) -> RolloutBatch:
     """``G = config.num_generations`` FrozenLake episodes per prompt, one row each, with the behaviour
-    policy ``lag`` updates old (:func:`lagged_policy`; its log-probs are the batch's ``logprobs``).
+    policy of ``lag`` steps (sampler calls) ago (:func:`lagged_policy`; its log-probs are the batch's ``logprobs``).
 
     ================ ========= =======================================================
     response_mask    ``(B,T)`` 1 on the agent's tokens; environment replies are 0

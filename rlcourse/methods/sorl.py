@@ -505,7 +505,7 @@ def expert_episode_examples(n: int, seed: int = 0) -> list:
 def run_lm_demo(P: Profile, losses=("vanilla", "sorl"), lag: int | None = None, seed: int = 0,
                 lr: float = 1e-3) -> dict:
     """The registered parts in the Trainer: a smoke-sized tiny LM, warm-started on expert episodes, then
-    trained on the text FrozenLake with the ``multiturn`` sampler ``lag`` updates behind and each loss of
+    trained on the text FrozenLake with the ``multiturn`` sampler ``lag`` steps behind and each loss of
     ``losses`` (one seed: a demonstration, not a verdict). Returns each loss's history and the seconds."""
     import copy
 
