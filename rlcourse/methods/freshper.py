@@ -344,4 +344,8 @@ LM_CLAIM = Claim(
 
 
 def lm_verdict(out: dict) -> Verdict:
-    return evaluate(LM_CLAIM, out["accuracy"]["FreshPER"], out["accuracy"]["on-policy"], seconds=out["seconds"])
+    """:data:`LM_CLAIM` (whose setting and metric are the book profile's) evaluated on
+    :func:`run_lm_experiment`'s output, with the run's own number of steps and held-out prompts."""
+    c = replace(LM_CLAIM, setting=LM_CLAIM.setting.replace("25 GRPO steps", f"{out['steps']} GRPO steps"),
+                metric=LM_CLAIM.metric.replace("128", str(out["eval_prompts"])))
+    return evaluate(c, out["accuracy"]["FreshPER"], out["accuracy"]["on-policy"], seconds=out["seconds"])
