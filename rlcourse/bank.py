@@ -3,9 +3,10 @@ that the current policy continues (token-level mixing, SOUP) or whole responses 
 mixing), with the true behaviour log-prob of every token recorded.
 
 Everything the bank keeps is plain data in the sampler's ``state`` (``state["checkpoint_bank"]``):
-the settings, the versions held and their weights as CPU state dicts (never models), and a log of
-what each step did. The trainer saves ``state`` with every checkpoint and restores it on resume, so a
-resumed run holds exactly the snapshots the uninterrupted one held and samples the same rows.
+the settings, the versions held and their weights as CPU state dicts (never models). The trainer
+saves ``state`` with every checkpoint and restores it on resume, so a resumed run holds exactly the
+snapshots the uninterrupted one held and samples the same rows. What each step did (the writer, the
+share of tokens it wrote...) goes in ``batch.metrics``, which the trainer logs with the step.
 
 A snapshot's *version* is the number of updates its weights had seen: the sampler of step ``k``
 (1-based) runs before the ``k``-th update, so the current policy is version ``k - 1``, and the bank
@@ -45,7 +46,7 @@ def bank_of(state: dict, every: int, max_snapshots: int) -> dict:
     if not isinstance(max_snapshots, int) or max_snapshots < 1:
         raise ValueError(f"max_snapshots must be an integer >= 1, got {max_snapshots!r}")
     bank = state.setdefault(BANK_KEY, {"every": every, "max_snapshots": max_snapshots, "versions": [],
-                                       "weights": {}, "log": []})
+                                       "weights": {}})
     if (bank["every"], bank["max_snapshots"]) != (every, max_snapshots):
         raise ValueError(f"the state holds a bank with every={bank['every']}, max_snapshots={bank['max_snapshots']}, "
                          f"not every={every}, max_snapshots={max_snapshots}")
@@ -183,9 +184,16 @@ def bank_mixed_batch(model, tokenizer, prompts: Sequence[str], config, generator
     extras["bank_version"] ``(B,T)`` the writer's version on those tokens, 0 elsewhere
     ===================== ========= ================================================================
 
-    ``state[BANK_KEY]["log"]`` gets one entry per step: the current and writing versions, the share of
-    tokens from the bank, the share of seeded rows the writer finished itself (EOS in the prefix) and
-    the mean log-ratio ``log pi_current - log pi_writer`` over the writer's tokens at sampling time.
+    ``batch.metrics`` (logged by the trainer with the step's metrics):
+
+    ======================== ==============================================================
+    bank_writer_version      the version that wrote this step's bank rows
+    bank_lag                 the current version minus the writer's
+    bank_token_share         share of the batch's response tokens the bank wrote
+    bank_finished_by_writer  share of seeded rows the writer finished itself (EOS in the prefix)
+    bank_prefix_log_ratio    mean ``log pi_current - log pi_writer`` over the writer's tokens,
+                             at sampling time (0 when the bank wrote no token)
+    ======================== ==============================================================
     """
     G = config.num_generations
     n_seeded = G // 2 if seeded is None else seeded
@@ -239,8 +247,8 @@ def bank_mixed_batch(model, tokenizer, prompts: Sequence[str], config, generator
     batch.entropy = ent.float() * mask
     batch.extras = {"from_bank": from_bank, "bank_version": from_bank * float(version)}
     n_bank = float(from_bank.sum())
-    bank["log"].append({"step": step, "current": current, "writer": version, "held": list(bank["versions"]),
-                        "bank_token_share": n_bank / max(1.0, float(mask.sum())),
-                        "finished_by_writer": finished_by_writer,
-                        "prefix_log_ratio": float(((cur - writer_lp) * from_bank).sum()) / n_bank if n_bank else 0.0})
+    batch.metrics = {"bank_writer_version": float(version), "bank_lag": float(current - version),
+                     "bank_token_share": n_bank / max(1.0, float(mask.sum())),
+                     "bank_finished_by_writer": finished_by_writer,
+                     "bank_prefix_log_ratio": float(((cur - writer_lp) * from_bank).sum()) / n_bank if n_bank else 0.0}
     return batch

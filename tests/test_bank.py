@@ -175,7 +175,8 @@ def test_ratios_at_the_first_update(base):
     prompts = ["12+34=", "5+7=", "40+2=", "99+1="]
     b = bank_mixed_batch(current, tok, prompts, cfg, torch.Generator().manual_seed(3), state, 2, every=1,
                          max_snapshots=2, which="oldest")
-    assert bank["log"][-1]["writer"] == 0 and bank["versions"] == [0, 1]
+    assert b.metrics["bank_writer_version"] == 0 and b.metrics["bank_lag"] == 1 and bank["versions"] == [0, 1]
+    assert 0 < b.metrics["bank_token_share"] < 1 and "log" not in bank  # per-step facts go to batch.metrics
     mask, fb = b.response_mask.bool(), b.extras["from_bank"].bool()
     cur = response_logprobs(current, b.input_ids, b.attention_mask, b.response_len, b.temperature)
     hist = response_logprobs(bank_policy(bank, 0, current), b.input_ids, b.attention_mask, b.response_len,
@@ -232,4 +233,7 @@ def test_resume_is_exact(base, pool, tmp_path, sampler):
     for v in wb["versions"]:
         for key, w in wb["weights"][v].items():
             assert torch.equal(w, ab["weights"][v][key])
-    assert [e["writer"] for e in wb["log"]] == [e["writer"] for e in ab["log"]]
+    # the history (saved with the checkpoint) holds the bank's per-step metrics, alike in both runs
+    keys = ("bank_writer_version", "bank_lag", "bank_token_share", "bank_prefix_log_ratio")
+    assert [[m[k] for k in keys] for m in whole.history] == [[m[k] for k in keys] for m in again.history]
+    assert [m["bank_writer_version"] for m in whole.history] == [0, 0, 0, 0, 2]

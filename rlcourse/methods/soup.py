@@ -313,9 +313,9 @@ def run_soup_experiment(prof: Profile) -> dict:
                 out["entropy"][arm].append([m["entropy"] for m in h])
                 out["clipfrac"][arm].append([m.get("pg_clipfrac", 0.0) for m in h])
                 out["reward"][arm].append([m["reward"] for m in h])
-                log = tr.state.get("checkpoint_bank", {}).get("log", [])
-                out["bank_share"][arm].append([e["bank_token_share"] for e in log] if log else [0.0] * len(h))
-                out["log_ratio"][arm].append([e["prefix_log_ratio"] for e in log] if log else [0.0] * len(h))
+                # the bank samplers log their per-step measurements in the trainer's history (batch.metrics)
+                out["bank_share"][arm].append([m.get("bank_token_share", 0.0) for m in h])
+                out["log_ratio"][arm].append([m.get("bank_prefix_log_ratio", 0.0) for m in h])
     for key in CURVES:
         out[key] = {arm: np.asarray(v, dtype=float) for arm, v in out[key].items()}
     out["seeds"] = len(z["seeds"])
