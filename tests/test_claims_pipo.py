@@ -2,7 +2,7 @@
 
 The same experiment functions, with the same arguments, as book/pipo.md: the GRPO learning-rate sweep
 (`run_lr_sweep`), the bandit experiment (`run_bandit_experiment`, decided by `bandit_verdicts`) and the
-tiny-LM run (`run_lm_experiment`, `lm_verdict`), at the profile's defaults.
+tiny-LM run (`run_lm_experiment`, `lm_verdicts`), at the profile's defaults.
 
 What is asserted follows from the claims and the chapter's reading, not from a run's numbers:
 - the testbed can show a benefit of the closed loop: the positive control (PIPO with an exact, oracle

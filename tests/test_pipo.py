@@ -200,9 +200,16 @@ def test_registered_parts_in_the_trainer(smoke_model, tmp_path):
     assert SAMPLERS.get("pipo") is not None and POLICY_LOSSES.get("pipo") is compute_pipo_loss
     tr = _trainer(model, tok, 5, micro_batch_size=3)
     tr.train()
-    log = tr.state["pipo"]["log"]
-    assert [e["ready"] for e in log] == [False, False, True, True, True]
-    assert [h["pipo_cached_frac"] > 0 for h in tr.history] == [e["layback"] for e in log]
+    h = tr.history  # the sampler's batch.metrics, logged with each step
+    assert [m["pipo_ready"] for m in h] == [0, 0, 1, 1, 1]
+    assert [m["pipo_cached_frac"] > 0 for m in h] == [m["pipo_layback"] == 1 for m in h]
+    assert set(tr.state["pipo"]) == {"history", "cache"}
+    # the loop's reward averages over the cached rows too; pipo_fresh_reward is the fresh rows' mean,
+    # the noisy verifier's observed mean of the step (it is called once a step, on the fresh rows)
+    np.testing.assert_allclose([m["pipo_fresh_reward"] for m in h], tr.state["noisy_verifier"]["observed_reward"],
+                               atol=1e-6)
+    np.testing.assert_allclose([m["pipo_mu"] for m in h], [m["pipo_fresh_reward"] for m in h])
+    assert all(m["reward"] == m["pipo_fresh_reward"] for m in h if not m["pipo_layback"])
     # the noisy reward is drawn once a step, for the fresh rows only
     assert tr.state["noisy_verifier"]["calls"] == 5
     # exact resume: 2 steps, a checkpoint, 3 more, against 5 straight
@@ -215,7 +222,9 @@ def test_registered_parts_in_the_trainer(smoke_model, tmp_path):
     ref.train()
     for p, q in zip(b.model.parameters(), ref.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
-    assert b.state["pipo"]["log"] == ref.state["pipo"]["log"]
+    keys = ("pipo_mu", "pipo_xi", "pipo_scale", "pipo_layback", "pipo_fresh_reward")
+    assert [[m[k] for k in keys] for m in b.history] == [[m[k] for k in keys] for m in ref.history]
+    assert b.state["pipo"]["history"] == ref.state["pipo"]["history"]
 
 
 def test_sampler_with_another_loss_appends_nothing(smoke_model):
@@ -228,7 +237,7 @@ def test_sampler_with_another_loss_appends_nothing(smoke_model):
     tr = Trainer(copy.deepcopy(model), tok, "addition", cfg)
     with pytest.warns(UserWarning, match="no layback"):
         tr.train()
-    assert not any(e["layback"] for e in tr.state["pipo"]["log"])
+    assert not any(m["pipo_layback"] for m in tr.history) and all("pipo_cached_frac" not in m for m in tr.history)
     with pytest.raises(ValueError, match="window_mode"):
         PipoController(window_mode="twice")
 
@@ -240,5 +249,5 @@ def test_verdict_reward_sets_mu(smoke_model):
     tr = _trainer(model, tok, 3)
     tr.config.sampler_kwargs["verdict_reward"] = "task"
     tr.train()
-    log, noisy = tr.state["pipo"]["log"], tr.state["noisy_verifier"]
-    np.testing.assert_allclose([e["mu"] for e in log], noisy["true_reward"], atol=1e-6)
+    noisy = tr.state["noisy_verifier"]
+    np.testing.assert_allclose([m["pipo_mu"] for m in tr.history], noisy["true_reward"], atol=1e-6)

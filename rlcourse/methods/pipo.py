@@ -298,9 +298,22 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     (from the warm-up on, with ``policy_loss="pipo"``) the cached previous batch ``B_{t-1}`` appended
     with its stored scores and behaviour log-probs and the extras of :func:`compute_pipo_loss`.
 
-    State kept in ``state["pipo"]`` (saved in checkpoints): ``history`` (the window), ``cache`` (the
-    previous fresh batch, its examples and token-mean advantages) and ``log`` (one dict per step:
-    ``mu``, ``delta``, ``xi``, ``rho``, ``sigma``, ``ready``, ``scale``, ``layback``).
+    State kept in ``state["pipo"]`` (saved in checkpoints): ``history`` (the window) and ``cache`` (the
+    previous fresh batch, its examples and token-mean advantages). What the step measured goes in
+    ``batch.metrics``, logged by the trainer with the step's metrics:
+
+    ================== ================================================================
+    pipo_fresh_reward  mean reward of the fresh rows (the loop's ``reward`` averages over
+                       the cached rows too)
+    pipo_mu            ``mu_t``, the verdict's batch mean (``pipo_fresh_reward``, or the
+                       ``verdict_reward``'s mean)
+    pipo_delta         ``Delta_t``; ``pipo_xi``: ``xi_t``; ``pipo_rho``, ``pipo_sigma``: the anchor's
+                       mean and spread
+    pipo_ready         1 once the window is warm
+    pipo_scale         the gate ``s_t`` (0 before the warm-up)
+    pipo_layback       1 when the cached batch was appended this step
+    pipo_phi           the fresh advantages' multiplier (1; ``clip(xi, -2, 2)`` in the critic variant)
+    ================== ================================================================
 
     With an estimator that needs a critic (``gae``), no batch is cached: the fresh advantages are
     multiplied by ``phi = clip(xi, -2, 2)`` once warm (the authors' PPO variant). With a policy loss
@@ -310,9 +323,9 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     than the one the advantages use: with the clean verifier under a noisy training reward, it is the
     oracle verdict of the chapter's positive control.
 
-    The appended rows' examples are added to the loop's ``examples`` list in place (the loop maps each
-    row's ``index`` into it). The loop's ``reward`` metric then averages over the cached rows too (read
-    ``state["pipo"]["log"]`` for the fresh means), and an estimator that pools over the batch or keeps
+    The returned batch names every row's example in ``batch.examples`` (the cached rows keep the
+    examples they were sampled for). The loop's ``reward`` metric averages over the cached rows too
+    (``pipo_fresh_reward`` is the fresh rows' mean), and an estimator that pools over the batch or keeps
     state sees the cached rows (group-wise estimators do not: the cached rows keep their own groups).
     """
     from ..distributed import current
@@ -335,30 +348,39 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     if scores.shape[0] != len(fresh) or not torch.isfinite(scores).all():
         raise ValueError(f"the reward gave {tuple(scores.shape)} scores (finite?) for {len(fresh)} rows")
     fresh = replace(fresh, scores=scores)
-    st = state.setdefault("pipo", {"history": [], "cache": None, "log": []})
+    st = state.setdefault("pipo", {"history": [], "cache": None})
     mu = scores.mean() if verdict_reward is None else \
         torch.as_tensor(get_reward(verdict_reward)(fresh, per_row, task, state), dtype=torch.float32).mean()
     sig, st["history"] = ctl.step(st["history"], float(mu))
+
+    def measured(layback: bool, phi: float = 1.0) -> dict[str, float]:
+        """The base sampler's metrics (kept) and this step's PIPO measurements."""
+        ours = {"pipo_fresh_reward": float(scores.mean()), "pipo_mu": sig["mu"], "pipo_delta": sig["delta"],
+                "pipo_xi": sig["xi"], "pipo_rho": sig["rho"], "pipo_sigma": sig["sigma"],
+                "pipo_ready": float(sig["ready"]), "pipo_scale": sig["scale"], "pipo_layback": float(layback),
+                "pipo_phi": phi}
+        clash = sorted(set(fresh.metrics) & set(ours))
+        if clash:
+            raise ValueError(f"the base sampler {base!r} reports metrics {clash} that the pipo sampler reports too")
+        return {**fresh.metrics, **ours}
+
     is_pipo_loss = get_policy_loss(config.policy_loss) is compute_pipo_loss
     if not is_pipo_loss:
         warnings.warn(f"the pipo sampler runs with policy_loss={config.policy_loss!r}: no layback (use 'pipo')",
                       stacklevel=2)
-        st["log"].append(dict(sig, layback=False))
-        return fresh
+        return replace(fresh, metrics=measured(False))
     adv_bar = _estimator_advantages(fresh, scores, per_row, config, state, step, model)
     B = len(fresh)
     if adv_bar is None:  # a critic estimator: the authors' PPO variant, phi on the fresh advantages
         phi = float(np.clip(sig["xi"], -PHI_CLIP, PHI_CLIP)) if sig["ready"] else 1.0
         out = _with_extras(fresh, [0.0] * B, [phi] * B, cached=False)
-        st["log"].append(dict(sig, layback=False, phi=phi))
-        return _fill_counts(out)
+        return replace(_fill_counts(out), metrics=measured(False, phi))
     prev = st["cache"]
     st["cache"] = {"batch": fresh, "examples": per_row, "adv_bar": adv_bar}
     layback = prev is not None and sig["scale"] > 0
-    st["log"].append(dict(sig, layback=layback))
     out = _with_extras(fresh, [0.0] * B, [1.0] * B, cached=False)
     if not layback:
-        return _fill_counts(out)
+        return replace(_fill_counts(out), metrics=measured(False))
     from ..lm.sampling import cat_batches
 
     coef = sig["scale"] * layback_coefficients(prev["adv_bar"], prev["batch"].index, sig["xi"])
@@ -372,7 +394,7 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
         raise ValueError(f"the base sampler's group ids must be 0..{n_fresh_prompts - 1} (one per prompt)")
     out = replace(out, examples=per_row)  # each row carries its example (batch.examples)
     old_part = replace(old_part, examples=list(prev["examples"]))
-    return _fill_counts(cat_batches([out, old_part], tokenizer.pad_token_id))
+    return replace(_fill_counts(cat_batches([out, old_part], tokenizer.pad_token_id)), metrics=measured(True))
 
 
 def _fill_counts(batch):
@@ -418,8 +440,8 @@ def make_bandit(cfg: BanditConfig, seed: int) -> tuple[np.ndarray, np.ndarray, n
 
 def train_bandit(method: str, cfg: BanditConfig, seed: int, window_mode: str = "strict", signal: str = "batch",
                  fold: bool = True, s_neg: float = 0.1, window: int = 8, lr_scale: float = 1.0) -> dict:
-    """GRPO (``method="grpo"``) or GRPO + PIPO (``"pipo"``) on a contextual bandit with a tabular
-    softmax policy, through the registered ``grpo`` estimator and ``pipo`` loss (base PPO-clip) and the
+    """GRPO (``method="grpo"``) or GRPO + PIPO (``"pipo"``) on a contextual bandit with a log-linear
+    softmax policy (:func:`make_bandit`), through the registered ``grpo`` estimator and ``pipo`` loss (base PPO-clip) and the
     :class:`PipoController` of the sampler.
 
     ``signal="batch"`` measures ``mu_t`` as the batch's mean observed (noisy) reward, as PIPO does;
@@ -617,6 +639,8 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     with a noisy verifier (each reward flipped with probability 0.2), ``P.seeds`` paired seeds.
 
     Returns ``true_reward[arm]`` ``(seeds, steps)`` (true mean reward of the fresh samples),
+    ``fresh_reward[arm]`` ``(seeds, steps)`` (their observed, noisy mean reward: the loop's ``reward``
+    metric for GRPO, ``pipo_fresh_reward`` for PIPO, whose ``reward`` also averages the cached rows),
     ``acc[arm]`` ``(seeds,)`` held-out greedy accuracy at the end, ``base_acc``, ``layback_frac[arm]``,
     ``seconds``."""
     from ..lm import load_base_model
@@ -630,13 +654,13 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     arms = {"GRPO": dict(), "GRPO+PIPO": dict(sampler="pipo", policy_loss="pipo"),
             "GRPO+PIPO (oracle verdict)": dict(sampler="pipo", policy_loss="pipo",
                                                sampler_kwargs={"verdict_reward": "task"})}
-    out = {"true_reward": {}, "acc": {}, "layback_frac": {}}
+    out = {"true_reward": {}, "fresh_reward": {}, "acc": {}, "layback_frac": {}}
     with one_torch_thread():
         model, tok = load_base_model("addition", "medium", prof=P, progress=False)
         ex = get_task("addition").examples(P.pick(smoke=16, book=128), seed=1234, split="test")
         base_acc = None
         for arm, parts in arms.items():
-            tr_rewards, accs, fracs = [], [], []
+            tr_rewards, fresh, accs, fracs = [], [], [], []
             for seed in range(n):
                 cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
                                steps=steps, learning_rate=lr, max_completion_length=10, seed=seed,
@@ -646,10 +670,11 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
                     base_acc = trainer.evaluate()
                 trainer.train()
                 tr_rewards.append(trainer.state["noisy_verifier"]["true_reward"])
+                fresh.append([m.get("pipo_fresh_reward", m["reward"]) for m in trainer.history])
                 accs.append(trainer.evaluate())
-                log = trainer.state.get("pipo", {}).get("log", [])
-                fracs.append(float(np.mean([e["layback"] for e in log])) if log else 0.0)
+                fracs.append(float(np.mean([m.get("pipo_layback", 0.0) for m in trainer.history])))
             out["true_reward"][arm] = np.array(tr_rewards)
+            out["fresh_reward"][arm] = np.array(fresh)
             out["acc"][arm] = np.array(accs)
             out["layback_frac"][arm] = np.array(fracs)
     out.update(base_acc=base_acc, seeds=n, steps=steps, seconds=time.perf_counter() - t0)
