@@ -384,7 +384,7 @@ def train_stale_lock(arm: str, staleness: int, cfg: LockConfig, seed: int) -> di
 
 def summarise(run: dict, tail: float = 0.2) -> dict:
     """Per-run summaries: ``final`` (mean reward over the last ``tail`` of training), ``peak``,
-    ``collapsed`` (final below half the peak, the brief's collapse rule), ``clipfrac`` and ``grad_norm``
+    ``collapsed`` (final below half the peak, the collapse rule fixed before the runs), ``clipfrac`` and ``grad_norm``
     (means over training), ``grad_max`` (largest gradient norm)."""
     r = run["reward"]
     k = max(1, int(len(r) * tail))
