@@ -438,7 +438,8 @@ def claims(stalenesses) -> dict[str, Claim]:
                             metric=f"share of tokens whose ratio leaves [1 - eps, 1 + eps] (first epoch), L = {hi}",
                             method=SO, baseline=TOKEN, kind="less", **common),
         "lower-grad": Claim(key="sorl/lower-grad", statement="SORL mitigates gradient variance (conservative, robust "
-                            "updates)", source=abstract, metric=f"mean over training of the largest per-batch gradient norm, L = {hi}",
+                            "updates)", source=abstract,
+                            metric=f"mean over training of the largest per-batch gradient norm, L = {hi}",
                             method=SO, baseline=TOKEN, kind="less", **common),
         "on-policy-match": Claim(key="sorl/on-policy-match", statement="SO-GRPO matches token-level GRPO's performance "
                                  "(within 0.05 of the return) when the data are fresh",
@@ -447,7 +448,8 @@ def claims(stalenesses) -> dict[str, Claim]:
                                  metric=f"expected return over the last fifth of training, L = {lo}",
                                  method=SO, baseline=TOKEN, kind="equivalent", margin=0.05, **common),
         "control-staleness": Claim(key="sorl/control-staleness", statement="(control) stale data hurt token-level "
-                                   "GRPO on this testbed, so there is an instability to remove", source="ours (a positive control)",
+                                   "GRPO on this testbed, so there is an instability to remove",
+                                   source="ours (a positive control)",
                                    metric=f"token-level GRPO's expected return over the last fifth, L = {lo} against L = {hi}",
                                    method=f"GRPO at L = {lo}", baseline=f"GRPO at L = {hi}", kind="greater", **common),
     }
