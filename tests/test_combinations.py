@@ -10,22 +10,30 @@ Round 1: each part alone (the other kinds at their defaults) on every candidate 
 at least one of them, and it may refuse the others, but only by a ValueError whose message names the
 missing requirement: an accepting task by name (e.g. ``drest`` on addition: "not a drest_choice
 prompt") or, quoted, a ``meta`` key that the accepting tasks' examples carry and the refused task's
-lack (e.g. ``p_grpo`` on addition: "no meta['pref_group']"). Round 2: every combination the registry
-allows, i.e. every element of the full product of the registries whose parts all ran alone on one
-common task, runs on the first such task (``addition`` first). Any other exception, and any
+lack (e.g. ``p_grpo`` on addition: "no meta['pref_group']"). Round 2: the combinations the registry
+allows are the elements of the full product of the registries whose parts all ran alone on one
+common task; each runs on the first such task (``addition`` first). Any other exception, and any
 non-finite metric, fails.
+
+Round 2 runs a pairwise covering set of those combinations, not all of them: every pair of parts
+(and every part with the task it runs on) that occurs together in an allowed combination occurs in
+at least one combination that runs. The parts meet through the batch they pass on (a sampler's
+extras reach the loss that names them, a reward's scores reach the estimator), so a failure to
+combine shows up between two parts; the full product grew from 612 combinations to about 3,000 as
+Part III added samplers and losses, and took half an hour of CI's time on a slow machine, while the
+covering set stays near the product of the two largest registries. Set
+``RLCOURSE_ALL_COMBINATIONS=1`` to run the full product instead.
 
 The rewards include ``test_combo_digits`` (registered below), which varies within groups even for an
 untrained model, so the estimators see non-degenerate groups. A reward that is constant on this
 model's answers (the DReST rewards on its malformed choices) gives zero advantages, so
 ``skip_zero_advantage_rows`` is off: otherwise no row of such a step would reach the policy loss, and
 the combination would pass without running it. A step of the smoke model takes about 20 ms on one
-thread, so round 1 (parts x tasks, 192 steps when this was written) and round 2 (612 combinations)
-take seconds; round 2 grows as the product of the registries' sizes, and at 1,000 combinations
-would still take under a minute.
+thread on an idle machine.
 """
 import copy
 import itertools
+import os
 import re
 
 import pytest
@@ -112,6 +120,41 @@ def names_requirement(message: str, accepting: list[str], missing_keys: set) -> 
         any(repr(key) in message for key in missing_keys)
 
 
+def pairs_of(combo: tuple) -> set:
+    """Every unordered pair of the (kind, name) items of ``combo``."""
+    return set(itertools.combinations(combo, 2))
+
+
+def pairwise_cover(combos: list[tuple]) -> list[tuple]:
+    """A subset of ``combos`` in which every pair of items that occurs together in some combo occurs
+    together in a chosen one: greedily, the combo covering most pairs not yet covered, the first in
+    ``combos`` order on a tie (deterministic). Each combo is a tuple of hashable items.
+
+    Greedy covering is within a factor ln(#pairs) of the smallest cover; for pairs it is close to
+    the product of the two largest kinds' sizes."""
+    uncovered = set().union(*(pairs_of(c) for c in combos)) if combos else set()
+    chosen, candidates = [], [(c, pairs_of(c)) for c in combos]
+    while uncovered:
+        best, gain = None, 0
+        for combo, pairs in candidates:
+            g = len(pairs & uncovered)
+            if g > gain:
+                best, gain = (combo, pairs), g
+        chosen.append(best[0])
+        uncovered -= best[1]
+    return chosen
+
+
+def test_pairwise_cover_covers_every_pair_and_is_small():
+    full = [tuple(zip("abc", v)) for v in itertools.product(range(4), range(3), range(2))]
+    allowed = [c for c in full if not (c[0][1] == 0 and c[1][1] == 0)]  # a constraint, as tasks impose
+    cover = pairwise_cover(allowed)
+    assert set(cover) <= set(allowed)
+    assert set().union(*map(pairs_of, cover)) == set().union(*map(pairs_of, allowed))
+    assert len(cover) < len(allowed) and len(cover) >= 4 * 3 - 1  # at least the allowed (a, b) pairs
+    assert pairwise_cover([]) == []
+
+
 def test_names_requirement_rejects_vague_refusals():
     assert names_requirement("not a drest_choice prompt: '50+60='", ["drest_choice"], set())
     assert names_requirement("example '1+1=' has no meta['pref_group']", ["pg2_prefsort"], {"pref_group"})
@@ -123,8 +166,8 @@ def test_names_requirement_rejects_vague_refusals():
 
 def test_every_registered_combination_runs_or_is_refused_by_name(base, pools):
     """Round 1: each part alone on every candidate task; it must run on one, and a refusal must name
-    the requirement. Round 2: every combination whose parts all ran alone on one common task runs
-    there (the full product of the registries, less the combinations no task accepts)."""
+    the requirement. Round 2: a pairwise covering set of the combinations whose parts all ran alone
+    on one common task runs there (the full product with ``RLCOURSE_ALL_COMBINATIONS=1``)."""
     model, tok = base
     options = {kind: reg.names() for kind, reg in KINDS.items()}
     assert "s_grpo" in options["sampler"] and "otb" in options["advantage_estimator"]  # chapters registered
@@ -156,17 +199,23 @@ def test_every_registered_combination_runs_or_is_refused_by_name(base, pools):
     for name in ("drest", "drest_default"):
         assert accepts[("reward", name)] == ["drest_choice"], accepts[("reward", name)]
 
-    ran = {}
+    allowed = []  # (task, combination) for every combination some task accepts, on its first such task
     for values in itertools.product(*options.values()):
         row = dict(zip(options, values))
         common = [t for t in pools if all(t in accepts[(kind, name)] for kind, name in row.items())]
-        if not common:  # e.g. a DReST reward with P-GRPO: no task has both a menu and preference groups
-            continue
-        outcome, out = one_step(model, tok, common[0], pools[common[0]], row)
-        assert outcome == "ran", f"{row} on {common[0]!r}: parts that run alone refused together: {out}"
-        check_ran((common[0], row), out)
-        ran[common[0]] = ran.get(common[0], 0) + 1
-    # 4 samplers x 3 losses x 51 (reward, estimator) pairs when this was written: 2 rewards x 9
-    # estimators on addition (216), 3 rewards x 2 P-GRPO estimators + pg2_pref x 9 on pg2_prefsort
-    # (180), 2 DReST rewards x 9 on drest_choice (216)
-    assert sum(ran.values()) >= 612, ran
+        if common:  # not, e.g., a DReST reward with P-GRPO: no task has both a menu and preference groups
+            allowed.append((("task", common[0]),) + tuple(row.items()))
+    # 4 samplers x 3 losses x 51 (reward, estimator) pairs when the registries were first counted
+    assert len(allowed) >= 612, len(allowed)
+    chosen = allowed if os.environ.get("RLCOURSE_ALL_COMBINATIONS") == "1" else pairwise_cover(allowed)
+    ran = {}
+    for combo in chosen:
+        (_, task), row = combo[0], dict(combo[1:])
+        outcome, out = one_step(model, tok, task, pools[task], row)
+        assert outcome == "ran", f"{row} on {task!r}: parts that run alone refused together: {out}"
+        check_ran((task, row), out)
+        ran[task] = ran.get(task, 0) + 1
+    # every part ran in round 2 on every task it accepts in some allowed combination
+    seen = {(kind, name, task) for combo in chosen for kind, name in combo[1:] for task in [combo[0][1]]}
+    wanted = {(kind, name, c[0][1]) for c in allowed for kind, name in c[1:]}
+    assert seen == wanted, sorted(wanted - seen)[:5]
