@@ -1,4 +1,4 @@
-"""Metrics: pass@k and its siblings (unbiased estimators), entropy, explained variance, PPO diagnostics."""
+"""Metrics: pass@k and its siblings (unbiased estimators), diversity (distinct answers, entropy, modes, mixed groups), entropy of logits, explained variance, PPO diagnostics."""
 from __future__ import annotations
 
 import itertools
@@ -100,3 +100,73 @@ def approx_kl(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mask: torch.Te
 def clip_fraction(ratio: torch.Tensor, mask: torch.Tensor, low: float = 0.2, high: float = 0.2) -> float:
     """Fraction of tokens whose ratio lies outside :math:`[1-low, 1+high]`."""
     return float(masked_mean(((ratio < 1 - low) | (ratio > 1 + high)).float(), mask))
+
+
+# --- diversity: shared by the exploration chapters -------------------------------------------------
+
+def mean_pass_at_k(correct: np.ndarray | torch.Tensor, ks: Sequence[int]) -> dict[int, float]:
+    """Mean over prompts of the unbiased pass@k, for each ``k`` in ``ks``.
+
+    ======== ============ =================================================
+    input    shape        meaning
+    ======== ============ =================================================
+    correct  ``(P, n)``   1 where sample ``j`` of prompt ``p`` is correct
+    ======== ============ =================================================
+
+    Returns ``{k: mean_p pass_at_k(n, c_p, k)}``; every ``k`` must satisfy ``1 <= k <= n``."""
+    correct = np.asarray(correct.detach().cpu() if isinstance(correct, torch.Tensor) else correct, dtype=float)
+    if correct.ndim != 2 or correct.shape[1] == 0:
+        raise ValueError(f"correct must be (prompts, samples) with at least one sample, got shape {correct.shape}")
+    if not np.isin(correct, (0.0, 1.0)).all():
+        raise ValueError("correct must hold 0/1 values (one per sample)")
+    n = correct.shape[1]
+    counts = correct.sum(1).astype(int)
+    return {int(k): float(np.mean([pass_at_k(n, int(c), int(k)) for c in counts])) for k in ks}
+
+
+def distinct_count(items: Sequence[Hashable]) -> int:
+    """Number of distinct items (answers, strategies, completions)."""
+    return len(set(items))
+
+
+def distinct_correct(items: Sequence[Hashable], correct: Sequence[float]) -> int:
+    """Number of distinct items among the correct ones: the diversity that counts for pass@k."""
+    if len(items) != len(correct):
+        raise ValueError(f"{len(items)} items but {len(correct)} correctness flags")
+    return len({item for item, ok in zip(items, correct) if ok})
+
+
+def empirical_entropy(items: Sequence[Hashable]) -> float:
+    """Plug-in entropy (nats) of the items' empirical distribution: 0 when all agree, ``log n`` when
+    ``n`` items are all distinct. It underestimates the true entropy by about (m - 1) / (2n) for m
+    occupied values (Miller's correction), so compare it only at equal sample sizes."""
+    if len(items) == 0:
+        raise ValueError("empirical_entropy of no items")
+    p = np.array(list(Counter(items).values()), dtype=float) / len(items)
+    return float(-(p * np.log(p)).sum())
+
+
+def modes_above(items: Sequence[Hashable], threshold: float = 0.01) -> int:
+    """Number of distinct items whose empirical mass exceeds ``threshold`` (e.g. strategies kept
+    with mass > 1%)."""
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+    if len(items) == 0:
+        raise ValueError("modes_above of no items")
+    return sum(c / len(items) > threshold for c in Counter(items).values())
+
+
+def frac_mixed_groups(scores: torch.Tensor, group_size: int) -> float:
+    """Share of groups whose scores are not all equal: the groups that give GRPO a gradient.
+
+    ======= ========= ====================================
+    input   shape     meaning
+    ======= ========= ====================================
+    scores  ``(B,)``  groups of ``group_size`` consecutive
+    ======= ========= ====================================
+    """
+    if scores.ndim != 1 or group_size < 1 or scores.numel() % group_size:
+        raise ValueError(f"scores must be 1-D with a length divisible by group_size={group_size}, "
+                         f"got shape {tuple(scores.shape)}")
+    groups = scores.reshape(-1, group_size)
+    return float((groups != groups[:, :1]).any(1).float().mean())
