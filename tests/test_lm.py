@@ -216,3 +216,35 @@ def test_rollout_batch_extras_survive_select_and_widen(tok, model):
         batch.widen(2, tok.pad_token_id)
     with pytest.raises(ValueError, match="extras"):
         dataclasses.replace(batch, extras={"bad": torch.zeros(4, 7)})
+
+
+def test_proposal_draws_from_its_own_distribution_and_records_log_q(tok, model):
+    """A proposal uniform over each step's top-2 tokens: every drawn token is in the top 2 of the
+    policy at its step, log q = -log 2 on every real token, and the log-probs stay the policy's."""
+    def top2_uniform(logits):
+        return torch.zeros_like(logits).scatter_(-1, logits.topk(2, -1).indices, 1.0)  # unnormalised
+    prompts = ["1+2=", "sort 93715:"]
+    b = sample(model, tok, prompts, num_generations=16, max_new_tokens=6, generator=torch.Generator().manual_seed(0),
+               proposal=top2_uniform)
+    m = b.response_mask
+    q = b.extras["behaviour_logprob"]
+    assert torch.allclose(q[m == 1], torch.full_like(q[m == 1], -torch.log(torch.tensor(2.0))))
+    assert (q[m == 0] == 0).all()
+    recomputed = response_logprobs(model, b.input_ids, b.attention_mask, b.response_len, 1.0)
+    assert torch.allclose(recomputed * m, b.logprobs, atol=1e-5)
+    # each drawn token is one of the two most likely under the policy at its position
+    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, b.prompt_ids.shape[1] - 1:-1]
+    top2 = logits.topk(2, -1).indices
+    assert ((top2 == b.response_ids[..., None]).any(-1) | (m == 0)).all()
+    # both of the top 2 are drawn at the first step of a prompt (16 draws, chance of one missing 2^-15)
+    assert len(set(b.response_ids[:16, 0].tolist())) == 2
+    plain = sample(model, tok, prompts, num_generations=2, max_new_tokens=4)
+    assert "behaviour_logprob" not in plain.extras
+    with pytest.raises(ValueError, match="proposal must return"):
+        sample(model, tok, prompts, max_new_tokens=2, proposal=lambda z: -torch.ones_like(z))
+    with pytest.raises(ValueError, match="proposal must return"):
+        sample(model, tok, prompts, max_new_tokens=2, proposal=lambda z: torch.ones(z.shape[0], 3))
+    with pytest.raises(ValueError, match="not both"):
+        sample(model, tok, prompts, max_new_tokens=2, top_k=2, proposal=top2_uniform)
+    with pytest.raises(ValueError, match="temperature > 0"):
+        sample(model, tok, prompts, max_new_tokens=2, temperature=0, proposal=top2_uniform)

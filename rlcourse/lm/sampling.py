@@ -7,7 +7,7 @@ The batch follows the conventions of TRL and verl: prompts left-padded, response
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -290,6 +290,7 @@ def sample(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     engine: str = "auto",
+    proposal: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> RolloutBatch:
     """Sample ``num_generations`` responses for each prompt, all rows in one batch, with the KV cache.
 
@@ -302,6 +303,13 @@ def sample(
     ``"lean"`` runs the same weights through :func:`rlcourse.lm.engine.lean_forward` (faster on
     the tiny model, same logits up to float rounding); ``"auto"`` takes ``"lean"`` when the
     model supports it.
+
+    ``proposal`` draws the tokens from another distribution than the policy's (an exploratory
+    decoding rule): it maps the tempered logits ``(B,V)`` of each step to sampling probabilities
+    ``(B,V)`` (non-negative, positive total per row; rows need not be normalised), in place of
+    top-k / top-p filtering. ``logprobs`` stay the policy's, and the behaviour log-probabilities
+    ``log q(y_t)`` of the drawn tokens go to ``extras["behaviour_logprob"]`` ``(B,T)`` (0 where
+    masked), so a loss can weight by ``pi / q``.
     """
     if num_generations < 1:
         raise ValueError(f"num_generations (G) must be at least 1, got {num_generations}")
@@ -309,6 +317,10 @@ def sample(
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if proposal is not None and temperature == 0:
+        raise ValueError("a proposal distribution needs temperature > 0 (temperature=0 decodes greedily)")
+    if proposal is not None and (top_k or top_p != 1.0):
+        raise ValueError("give either a proposal or top_k/top_p filtering, not both")
     if engine not in ("auto", "hf", "lean"):
         raise ValueError(f"engine must be 'auto', 'hf' or 'lean', got {engine!r}")
     if engine == "lean" and not lean_engine_supports(model):
@@ -332,7 +344,7 @@ def sample(
     if was_training:  # (toggling walks every submodule: skip it when the model is already in eval mode)
         model.eval()
     logits, advance = _decoder(model, ids, mask, G, max_new_tokens, engine)
-    tokens, logps, entropies = [], [], []
+    tokens, logps, entropies, behaviour = [], [], [], []
     done = torch.zeros(B, dtype=torch.bool, device=device)
     for step in range(max_new_tokens):
         logits = logits.float() / temp
@@ -340,6 +352,15 @@ def sample(
         p_all = logp_all.exp()
         if greedy:
             tok = logits.argmax(-1)
+        elif proposal is not None:
+            q = proposal(logits)
+            if q.shape != logits.shape or not bool((q >= 0).all()) or not bool((q.sum(-1) > 0).all()):
+                raise ValueError(f"proposal must return non-negative probabilities of shape {tuple(logits.shape)} "
+                                 f"with a positive total per row, got shape {tuple(q.shape)}")
+            q = q / q.sum(-1, keepdim=True)
+            tok = _draw(q.cpu() if generator is not None else q, generator).to(device)
+            q_tok = q.gather(-1, torch.where(done, torch.zeros_like(tok), tok)[:, None]).squeeze(-1)
+            behaviour.append(torch.where(done, torch.zeros_like(q_tok), q_tok.clamp_min(1e-30).log()))
         else:
             probs = p_all if top_k == 0 and top_p == 1.0 else torch.softmax(filter_logits(logits, top_k, top_p), dim=-1)
             tok = _draw(probs.cpu() if generator is not None else probs, generator).to(device)
@@ -361,10 +382,11 @@ def sample(
     response_mask = (before == 0).float()
     truncated = is_eos.sum(1) == 0
     texts = tokenizer.batch_decode(response_ids.masked_fill(response_mask == 0, pad), skip_special_tokens=True)
+    extras = {"behaviour_logprob": torch.stack(behaviour, 1) * response_mask} if proposal is not None else {}
     return RolloutBatch(
         prompt_ids=ids.repeat_interleave(G, 0), prompt_mask=mask.repeat_interleave(G, 0), response_ids=response_ids, response_mask=response_mask,
         logprobs=torch.stack(logps, 1) * response_mask,
         index=torch.arange(len(prompts), device=device).repeat_interleave(G),
         truncated=truncated, prompts=[p for p in prompts for _ in range(G)], texts=texts,
-        temperature=temp, entropy=torch.stack(entropies, 1) * response_mask,
+        temperature=temp, entropy=torch.stack(entropies, 1) * response_mask, extras=extras,
     )
