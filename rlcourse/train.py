@@ -606,7 +606,11 @@ class Trainer:
         return found[-1] if found else None
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore everything :meth:`save_checkpoint` wrote; the next step continues exactly."""
+        """Restore everything :meth:`save_checkpoint` wrote; the next step continues exactly.
+
+        The weights load from safetensors (no code runs). ``trainer_state.pt`` is a pickle, because
+        the parts' ``state`` may hold any Python data (a replay buffer, a bank of past weights), so
+        it is read with ``weights_only=False``: resume only from checkpoints you wrote."""
         path = Path(path)
         if not (path / "trainer_state.pt").exists():
             raise FileNotFoundError(f"{path} is not a complete checkpoint (no trainer_state.pt)")

@@ -126,6 +126,35 @@ def test_resume_gives_the_same_weights(tiny, tmp_path):
     assert [m["learning_rate"] for m in resumed.history] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
 
 
+def test_a_crash_while_writing_a_checkpoint_leaves_the_previous_one_loadable(tiny, tmp_path, monkeypatch):
+    """Interrupt the write of checkpoint 4 halfway (its trainer state is half written when the process
+    dies): checkpoint 2 is still the latest complete one, and resuming from it gives the weights of an
+    uninterrupted run."""
+    import rlcourse.train as train_module
+    kw = dict(steps=4, save_every=2)
+    full = make(tiny, output_dir=str(tmp_path / "full"), **kw)
+    full.train()
+    real_save = torch.save
+
+    def dies_halfway(obj, f, *a, **k):
+        if "checkpoint-000004" in str(f):
+            with open(f, "wb") as fh:
+                fh.write(b"half a pickle")
+            raise KeyboardInterrupt("killed while writing")
+        return real_save(obj, f, *a, **k)
+
+    crashed = make(tiny, output_dir=str(tmp_path / "crash"), **kw)
+    monkeypatch.setattr(train_module.torch, "save", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        crashed.train()
+    monkeypatch.setattr(train_module.torch, "save", real_save)
+    assert crashed.latest_checkpoint().name == "checkpoint-000002"  # the half-written one is not a checkpoint
+    resumed = make(tiny, output_dir=str(tmp_path / "crash"), resume=True, **kw)
+    assert resumed.step_count == 2
+    resumed.train()
+    assert torch.equal(params(full.model), params(resumed.model))
+
+
 def test_nan_reward_stops_with_a_clear_error(tiny):
     @register_reward("test_nan_on_step_2")
     def nan_reward(batch, examples, task, state):

@@ -465,7 +465,7 @@ def load_flow(data: str, prof: Profile | None = None, cond_dim: int = 1, seed: i
     path = cache_dir() / "flows" / f"{recipe.data}-{digest}.pt"
     model = VelocityMLP(2 if data == "ring" else 64, recipe.hidden, recipe.layers, recipe.cond_dim)
     if path.exists():
-        blob = torch.load(path, weights_only=False)
+        blob = torch.load(path, weights_only=True)  # tensors and plain data: nothing to unpickle
         model.load_state_dict(blob["state"])
         return model.eval(), blob["info"]
     t0 = time.perf_counter()
