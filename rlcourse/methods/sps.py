@@ -424,7 +424,7 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     from ..tasks import get_task
     from ..train import RLConfig, Trainer
 
-    n, steps = seeds or P.seeds, steps or P.pick(smoke=3, book=60)
+    n, steps = seeds or P.seeds, steps or P.pick(smoke=3, book=40)
     n_samples, t0 = P.pick(smoke=4, book=32), time.perf_counter()
     ks = (1, P.pick(smoke=4, book=16))
     task = get_task("countdown")
@@ -450,3 +450,35 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     out.update(seeds=n, steps=steps, lr=lr, ks=ks, n_prompts=len(pool), n_samples=n_samples,
                seconds=time.perf_counter() - t0)
     return out
+
+
+LM_SETTING = ("tiny Llama (book profile) pre-trained on countdown (3 numbers up to 9, + - *) to about 20% greedy "
+              "accuracy; 16 training prompts, 8 prompts x 8 samples a step, lr 3e-4, 40 steps; SPS: 10 GRPO steps, "
+              "then 10 steps on the IRL reward, repeated; 32 samples per prompt for pass@k")
+
+
+def lm_claims() -> dict[str, Claim]:
+    common = dict(paper=PAPER, source="abstract", setting=LM_SETTING, paper_number="five reasoning benchmarks "
+                  "(not reproduced)")
+    return {
+        "squeeze": Claim(key="sps/lm-grpo-squeezes", statement="RL narrows the set of correct reasoning paths it "
+                         "explores (squeezing)", metric="distinct correct expressions per prompt in 32 samples",
+                         method="GRPO", baseline="base model", kind="less", **common),
+        "passk": Claim(key="sps/lm-passk", statement="SPS improves pass@k over RL alone", metric="pass@16 (unbiased, "
+                       "32 samples per training prompt) after training", method="SPS", baseline="GRPO",
+                       kind="greater", **common),
+        "distinct": Claim(key="sps/lm-distinct", statement="SPS explores more distinct reasoning paths than RL alone",
+                          metric="distinct correct expressions per prompt in 32 samples", method="SPS",
+                          baseline="GRPO", kind="greater", **common),
+    }
+
+
+def lm_verdicts(out: dict) -> dict[str, Verdict]:
+    c, sec, n = lm_claims(), out["seconds"], out["seeds"]
+    after = {arm: {key: [d[key] for d in runs] for key in runs[0]} for arm, runs in out["after"].items()}
+    k = f"pass{out['ks'][1]}"
+    return {"squeeze": evaluate(c["squeeze"], after["GRPO"]["distinct_correct"],
+                                [out["before"]["distinct_correct"]] * n, seconds=sec),
+            "passk": evaluate(c["passk"], after["SPS"][k], after["GRPO"][k], seconds=sec),
+            "distinct": evaluate(c["distinct"], after["SPS"]["distinct_correct"], after["GRPO"]["distinct_correct"],
+                                 seconds=sec)}
