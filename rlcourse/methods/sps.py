@@ -167,7 +167,7 @@ class SPSReward:
     reports ``sps_irl_phase``, ``sps_verifier_reward`` and ``sps_demos`` in ``batch.metrics``.
     """
 
-    def __init__(self, n_rl: int = 10, n_irl: int = 5, r_min: float = -3.0, r_max: float = 3.0,
+    def __init__(self, n_rl: int = 10, n_irl: int = 10, r_min: float = -3.0, r_max: float = 3.0,
                  base="task", correct_at: float = 1.0):
         phase_of(0, n_rl, n_irl)
         if r_min >= r_max:
@@ -198,7 +198,7 @@ class SPSReward:
         return irl_reward(logp, in_demos, n_demos, self.r_min, self.r_max)
 
 
-def make_sps_reward(n_rl: int = 10, n_irl: int = 5, r_min: float = -3.0, r_max: float = 3.0, base="task",
+def make_sps_reward(n_rl: int = 10, n_irl: int = 10, r_min: float = -3.0, r_max: float = 3.0, base="task",
                     name: str | None = None) -> SPSReward:
     """An :class:`SPSReward` with this schedule; pass it as ``RLConfig(reward=...)``, or give a ``name``
     to also register it so that ``RLConfig(reward=name)`` finds it."""
