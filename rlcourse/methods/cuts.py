@@ -14,7 +14,7 @@ off-policy handling and every equation here are the course's reconstruction.
                                   scores the rows and logs each sub-group's reward
 ``cuts_is``         policy loss   PPO-clip with each token's advantage weighted by the truncated
                                   importance ratio ``min(pi_old / q, is_cap)`` (``behaviour_logprob``)
-``addition_carry``  task          two-digit sums with two carries (a three-digit answer): the
+``addition_short``  task          two-digit sums with one single-digit operand (``86+3=``): the
                                   harder held-out variant of the chapter's experiment
 =================== ============= ==============================================================
 """
@@ -275,20 +275,20 @@ def compute_cuts_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adv
 compute_cuts_is_loss.zero_at_zero_advantage = True
 
 
-@register_task("addition_carry")
-class CarryAddition(Addition):
-    """Two-digit sums with a carry out of both columns (``a % 10 + b % 10 >= 10`` and a three-digit
-    sum), e.g. ``57+68=`` -> ``521|125``: the same format as ``addition``, its hardest corner."""
+@register_task("addition_short")
+class ShortOperandAddition(Addition):
+    """Two-digit addition where exactly one operand has a single digit, e.g. ``86+3=`` -> ``98|89``: the
+    same format and distribution family as ``addition`` (a fifth of its prompts are such), and the
+    corner where the chapter's saturated model makes most of its mistakes (the columns do not line up)."""
 
     def __init__(self):
         super().__init__(digits=2)
-        self.name = "addition_carry"
+        self.name = "addition_short"
 
     def _draw(self, rng):
         while True:
             ex = super()._draw(rng)
-            a, b = ex.meta["a"], ex.meta["b"]
-            if a % 10 + b % 10 >= 10 and a + b >= 100:
+            if (ex.meta["a"] < 10) != (ex.meta["b"] < 10):
                 return ex
 
 
@@ -297,9 +297,9 @@ ARMS = {  # name -> (training task, RLConfig parts)
     "GRPO": ("addition", dict()),
     "Mixed-CUTS": ("addition", dict(sampler="mixed_cuts")),
     "Mixed-CUTS + IS": ("addition", dict(sampler="mixed_cuts", policy_loss="cuts_is")),
-    "GRPO on carry problems (control)": ("addition_carry", dict()),
+    "GRPO on short-operand sums (control)": ("addition_short", dict()),
 }
-HARD = "addition_carry"
+HARD = "addition_short"
 
 
 @torch.no_grad()
@@ -326,18 +326,18 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     two-digit addition), ``P.seeds`` paired seeds, ``G = 8`` (Mixed-CUTS: 4 + 4).
 
     Returns, per arm, ``(seeds,)`` arrays: ``acc`` (held-out greedy accuracy, training distribution),
-    ``hard`` (held-out greedy accuracy on ``addition_carry``), ``mixed_train`` (mean share of training
+    ``hard`` (held-out greedy accuracy on ``addition_short``), ``mixed_train`` (mean share of training
     groups whose rewards differ), and the final :func:`probe` values ``entropy``, ``distinct``,
     ``mixed_probe``, ``sampled``; ``curves[arm]`` ``(seeds, steps)`` of the training groups' mixed share
     and of the policy rows' entropy; ``base`` (the same measurements of the base model), ``sub_rewards``
-    (the Mixed-CUTS sampler's exploit/explore rewards per step), ``seconds``."""
+    (the Mixed-CUTS sampler's exploit/explore rewards and share of CUTS tokens with ``|C_t| = 1``, per step), ``seconds``."""
     from ..lm import load_base_model
     from ..lm.zoo import greedy_accuracy, max_new_tokens_for
     from ..tasks import get_task
     from ..train import RLConfig, Trainer
 
     n = seeds or P.seeds
-    steps = steps or P.pick(smoke=2, book=30)
+    steps = steps or P.pick(smoke=2, book=20)
     arms = arms or ARMS
     G = 8
     t0 = time.perf_counter()
@@ -345,7 +345,7 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
         model, tok = load_base_model("addition", P.pick(smoke="medium", book=0.95), prof=P, progress=False)
         task, hard = get_task("addition"), get_task(HARD)
         ev = task.examples(P.pick(smoke=16, book=256), seed=4321, split="test")
-        ev_hard = hard.examples(P.pick(smoke=16, book=200), seed=4321, split="test")
+        ev_hard = hard.examples(P.pick(smoke=16, book=150), seed=4321, split="test")
         probe_ex = ev[:P.pick(smoke=4, book=64)]
         T = max_new_tokens_for(task, ev_hard)
 
@@ -358,7 +358,7 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
         base = measure(model)
         out = {k: {} for k in ("acc", "hard", "entropy", "distinct", "mixed_probe", "sampled", "mixed_train")}
         curves = {"mixed": {}, "entropy": {}}
-        sub = {"exploit": [], "explore": []}
+        sub = {"exploit": [], "explore": [], "greedy_share": []}
         for arm, (train_task, parts) in arms.items():
             rows = {k: [] for k in out}
             cm, ce = [], []
@@ -376,6 +376,7 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
                 if arm == "Mixed-CUTS":
                     sub["exploit"].append([h["cuts_exploit_reward"] for h in hist])
                     sub["explore"].append([h["cuts_explore_reward"] for h in hist])
+                    sub["greedy_share"].append([h["cuts_greedy_share"] for h in hist])
             for k in out:
                 out[k][arm] = np.array(rows[k])
             curves["mixed"][arm], curves["entropy"][arm] = np.array(cm), np.array(ce)
@@ -384,8 +385,8 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
 
 
 SETTING = ("tiny Llama (book profile) pre-trained on two-digit addition (reversed-digit scratchpad) to about 95% "
-           "held-out greedy accuracy; 8 prompts x G = 8 per step, 30 steps, AdamW lr 1e-4; Mixed-CUTS = 4 policy "
-           "+ 4 CUTS rows (typical-set rule) per group; harder held-out variant: two-digit sums with two carries")
+           "held-out greedy accuracy; 8 prompts x G = 8 per step, 20 steps, AdamW lr 1e-4; Mixed-CUTS = 4 policy "
+           "+ 4 CUTS rows (typical-set rule) per group; harder held-out variant: sums with one single-digit operand")
 
 
 def lm_claims() -> dict[str, Claim]:
@@ -401,11 +402,11 @@ def lm_claims() -> dict[str, Claim]:
                          method="Mixed-CUTS", **common),
         "hard": Claim(key="cuts/harder-variant", source="abstract", statement="Mixed-CUTS 'significantly boosts "
                       "out-of-domain generalization'", paper_number="AIME25 Pass@1 up to +15.1% over GRPO (Qwen3)",
-                      metric="held-out greedy accuracy on two-carry sums at the end", method="Mixed-CUTS", **common),
-        "control": Claim(key="cuts/carry-control", source="positive control (ours)", statement="positive control: "
+                      metric="held-out greedy accuracy on short-operand sums at the end", method="Mixed-CUTS", **common),
+        "control": Claim(key="cuts/short-operand-control", source="positive control (ours)", statement="positive control: "
                          "the harder variant can be learned at this scale and budget (GRPO trained on it beats GRPO "
-                         "trained on ordinary sums)", paper_number="", metric="held-out greedy accuracy on two-carry "
-                         "sums at the end", method="GRPO on carry problems (control)", **common),
+                         "trained on ordinary sums)", paper_number="", metric="held-out greedy accuracy on "
+                         "short-operand sums at the end", method="GRPO on short-operand sums (control)", **common),
     }
 
 
