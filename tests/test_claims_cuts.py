@@ -5,13 +5,15 @@ profile's defaults (P.seeds paired seeds, 30 steps, 8 prompts x G = 8, Mixed-CUT
 `lm_verdicts`.
 
 What is asserted follows from the claims, not from a run's numbers:
-- the mechanism holds by construction of the mixed groups when the policy is near saturation: the
-  CUTS rows succeed less often than the policy rows (p_x < p_e, both measured in the run), and
-  Mixed-CUTS's training groups have differing rewards more often than GRPO's (its verdict holds);
-- the base model is saturated in the sense the chapter uses (held-out greedy accuracy >= 0.9);
-- the other verdicts (entropy, harder variant, the positive control) are reported by the chapter
-  whatever they are, so only their consistency with their intervals is asserted, and the harder
-  variant's verdict may be called evidence only when the control holds (the chapter's text says so).
+- the base model is saturated in the sense the chapter uses (held-out greedy accuracy >= 0.9), and
+  every arm ran on P.seeds >= 3 paired seeds;
+- the positive control holds: GRPO trained on the harder variant itself ends above GRPO trained on
+  ordinary sums there, so this budget can move the harder variant's accuracy (without it the chapter's
+  comparison on the harder variant would not be evidence either way);
+- the paper's three claims (mixed groups, entropy, harder variant) are reported by the chapter
+  whatever their verdicts, with sentences chosen from the run (including the case where the CUTS rows
+  are *more* accurate than the policy's samples, which reverses the variance argument's premise), so
+  only their consistency with their intervals is asserted.
 
 Book run: not yet recorded here (see the chapter's glued numbers).
 """
@@ -39,13 +41,12 @@ def _consistent(v):
 
 
 @pytest.mark.claims
-def test_mixed_groups_have_more_variance_and_verdicts_are_consistent(run):
+def test_positive_control_holds_and_verdicts_are_consistent(run):
     P, out, v = run
     assert out["seeds"] == P.seeds >= 3
     assert out["base"]["acc"] >= 0.9, out["base"]
-    sub = out["sub_rewards"]
-    assert sub["explore"].mean() < sub["exploit"].mean(), (sub["explore"].mean(), sub["exploit"].mean())
-    assert v["mixed"].verdict == "holds", v["mixed"].sentence()
+    assert v["control"].verdict == "holds", v["control"].sentence()
+    assert np.isfinite(out["sub_rewards"]["explore"]).all() and np.isfinite(out["sub_rewards"]["exploit"]).all()
     for key, verdict in v.items():
         assert _consistent(verdict), (key, verdict.sentence())
         assert np.isfinite(verdict.effect)
