@@ -624,7 +624,7 @@ def rl_verdicts(out: dict) -> dict:
     claims = {
         "pass32": Claim(key="repexp/rl-pass-at-32", statement=stmt, paper_number="pass@80 = GRPO's pass@256",
                         metric="held-out pass@32 (unbiased, 32 samples)", method="GRPO+RepExp", **common),
-        "pass1": Claim(key="repexp/rl-pass-at-1", statement="similar pass@1 (the brief's expectation: no "
+        "pass1": Claim(key="repexp/rl-pass-at-1", statement="similar pass@1 (our expectation, not the abstract's: no "
                        "accuracy cost)", metric="held-out pass@1", method="GRPO+RepExp", kind="equivalent",
                        margin=0.05, **common),
         "distinct": Claim(key="repexp/rl-distinct-correct", statement="exploration with a representation-based "
