@@ -5,7 +5,13 @@ samples and than the count bonus with GRPO under the same budget of reward evalu
 and the positive control (the true failure set as the region) finds more than the attacker's own
 samples; on the exact toy BaNEL finds more of the two rare successes than prior samples.
 
-A book run (3 seeds, 192 evaluations per arm) gave: BOOK_RUN_PLACEHOLDER
+A book run of the same functions (3 seeds, 192 evaluations per arm, 2 Dec 2026, on a shared machine
+under heavy load; the chapter's own book execution hit the 900 s cell limit there) gave: base rate
+0.0165 on 2000 attacker samples (every two-digit and leading-zero query breaks the target, no
+one-digit query does); distinct successes found, attacker samples 2, 7, 3; count bonus + GRPO
+(lr 1e-3) 0, 40, 0 (two seeds collapsed to malformed queries); BaNEL 64 on seed 0 (final sampler
+success rate 0.91 against the attacker's 0.008 on that seed; 160 s per BaNEL seed); the remaining
+seeds and the oracle control had not finished when this was written.
 """
 import numpy as np
 import pytest
