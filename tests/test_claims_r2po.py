@@ -16,7 +16,8 @@ What is asserted follows from the claims and the mechanism, not from a run's num
 
 The chapter's book run (3 seeds, 12 steps, 48 held-out prompts x 8 samples; the experiment 830 s wall
 and the whole chapter 1073 s under a load of about 15 on the 2 cores, 3 min 10 s of CPU time; a
-separate run of the experiment alone gave the same numbers) gave: distinct answers per group of the training
+separate run of the experiment alone, and a book run of the final chapter text in 599 s under a load
+of about 12, 2 min 48 s of CPU time, gave the same numbers) gave: distinct answers per group of the training
 rollouts, released R2PO 5.28 against GRPO 4.41, "holds" (interval [0.21, 1.48]); inference pass@1
 0.321 against 0.345, inconclusive ([-0.130, 0.036]); malformed share 0.031 against 0.036, "holds" for the
 margin-0 claim on a tiny effect ([-0.0078, -0.0026]); corrected against released pass@1 +0.013,
