@@ -534,9 +534,9 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     from ..tasks import get_task
     from ..train import RLConfig, Trainer
 
-    n_seeds, steps = seeds or P.seeds, steps or P.pick(smoke=2, book=40)
+    n_seeds, steps = seeds or P.seeds, steps or P.pick(smoke=2, book=30)
     t0 = time.perf_counter()
-    held = get_task("countdown").examples(P.pick(smoke=8, book=64), seed=4321, split="test")
+    held = get_task("countdown").examples(P.pick(smoke=8, book=48), seed=4321, split="test")
     samples = P.pick(smoke=4, book=16)
     ks = tuple(k for k in LM_KS if k <= samples)
     out = {"summary": {}, "reward": {}}
@@ -546,7 +546,7 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
         for arm, parts in LM_ARMS.items():
             summ, rew = [], []
             for seed in range(n_seeds):
-                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=16),
+                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
                                steps=steps, learning_rate=lr, max_completion_length=8, seed=seed, progress=False,
                                **parts)
                 if P.name == "smoke":
@@ -563,8 +563,8 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
 
 
 LM_SETTING = ("tiny Llama pre-trained on countdown (3 numbers, + - *) to about 20% greedy accuracy; GRPO against "
-              "poly_epo (N = 8, n = 4, strategies = operator sequences), 16 prompts x 8 samples per step, 40 steps, "
-              "lr 1e-4; 64 held-out prompts x 16 samples")
+              "poly_epo (N = 8, n = 4, strategies = operator sequences), 8 prompts x 8 samples per step, 30 steps, "
+              "lr 1e-4; 48 held-out prompts x 16 samples")
 
 
 def lm_claims() -> dict[str, Claim]:
