@@ -20,11 +20,17 @@ gave pass@(1, 2, 4, 8, 16): GRPO 0.593 0.611 0.621 0.640 0.674 (dominant mass 0.
 strategies above 1%), additive bonus 0.513 0.664 0.780 0.856 0.909, set-max 0.494 0.704 0.867 0.944
 0.972, Poly-EPO 0.454 0.667 0.849 0.953 0.991 (6 strategies in every seed); held-out minority pass@1
 0.01 for GRPO against 0.16-0.25 for Poly-EPO; the initial policy's pass@16 was 0.976.
+
+The tiny LM (3 seeds, 30 steps, 48 held-out prompts x 16 samples; 812 s under a load average above
+20) gave pass@8 0.592 (Poly-EPO) against 0.585 (GRPO), inconclusive ([-0.017, 0.038]); distinct
+correct strategies per prompt 1.02 against 0.99, inconclusive; the control (GRPO's pass@1 0.139 above
+the base model's 0.124) holds ([0.003, 0.026]).
 """
 import numpy as np
 import pytest
 
 import rlcourse
+from rlcourse.claims import decide
 from rlcourse.methods import poly_epo as pe
 
 
@@ -34,12 +40,8 @@ def P():
 
 
 def _consistent(v):
-    c = v.claim
-    if v.verdict == "holds":
-        return v.low > c.margin if c.kind == "greater" else v.high < -c.margin
-    if v.verdict == "does not hold":
-        return v.high <= c.margin if c.kind == "greater" else v.low >= -c.margin
-    return True
+    """The verdict is the one the claim's decision rule gives for its interval."""
+    return decide(v.claim.kind, v.claim.margin, v.low, v.high, v.seeds) == v.verdict
 
 
 @pytest.mark.claims
