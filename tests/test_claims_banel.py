@@ -5,13 +5,15 @@ samples and than the count bonus with GRPO under the same budget of reward evalu
 and the positive control (the true failure set as the region) finds more than the attacker's own
 samples; on the exact toy BaNEL finds more of the two rare successes than prior samples.
 
-A book run of the same functions (3 seeds, 192 evaluations per arm, 2 Dec 2026, on a shared machine
-under heavy load; the chapter's own book execution hit the 900 s cell limit there) gave: base rate
-0.0165 on 2000 attacker samples (every two-digit and leading-zero query breaks the target, no
-one-digit query does); distinct successes found, attacker samples 2, 7, 3; count bonus + GRPO
-(lr 1e-3) 0, 40, 0 (two seeds collapsed to malformed queries); BaNEL 64 on seed 0 (final sampler
-success rate 0.91 against the attacker's 0.008 on that seed; 160 s per BaNEL seed); the remaining
-seeds and the oracle control had not finished when this was written.
+A book run of the same functions (3 seeds, 192 evaluations per arm, 2 Dec 2026, on a shared,
+loaded machine: 364 s for the attack; the chapter's own book execution hit the 900 s cell limit
+there earlier, under heavier load) gave: base rate 0.0165 on 2000 attacker samples (every
+two-digit and leading-zero query breaks the target, no one-digit query does); distinct successes
+found: attacker samples 2, 7, 3; count bonus + GRPO (lr 1e-3) 0, 40, 0 (two seeds collapsed to
+malformed queries); BaNEL 64, 51, 39; oracle region (control) 177, 184, 178. Verdicts: BaNEL vs
+attacker +47.3 [36.0, 62.0], holds; BaNEL vs count bonus +38.0 [11.0, 64.0], holds; final sampler
+rate minus 10 x the attacker's +0.604 [0.344, 0.828], holds (BaNEL's final rates 0.91, 0.66, 0.88);
+control +175.7 [175.0, 177.0], holds; sign-flip p = 0.25 for each (3 seeds).
 """
 import numpy as np
 import pytest
