@@ -6,8 +6,9 @@ and the positive control (the true failure set as the region) finds more than th
 samples; on the exact toy BaNEL finds more of the two rare successes than prior samples.
 
 A book run of the same functions (3 seeds, 192 evaluations per arm, 2 Dec 2026, on a shared,
-loaded machine: 364 s for the attack; the chapter's own book execution hit the 900 s cell limit
-there earlier, under heavier load) gave: base rate 0.0165 on 2000 attacker samples (every
+loaded machine: 364 s for the attack; the whole chapter then executed in the book profile in 225 s
+(load ~5; an earlier book execution under load ~20 hit the 900 s cell limit
+) gave: base rate 0.0165 on 2000 attacker samples (every
 two-digit and leading-zero query breaks the target, no one-digit query does); distinct successes
 found: attacker samples 2, 7, 3; count bonus + GRPO (lr 1e-3) 0, 40, 0 (two seeds collapsed to
 malformed queries); BaNEL 64, 51, 39; oracle region (control) 177, 184, 178. Verdicts: BaNEL vs
