@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import functools
 import inspect
 import json
 import os
@@ -72,8 +73,8 @@ class RLConfig:
     skip_zero_advantage_rows  no forward/backward for rows whose gradient is exactly zero
     share_prompt_forward      the update runs each prompt once for its G samples (same result)
     advantage_estimator, policy_loss, reward, sampler, prompt_sampler: registry names
-    advantage_kwargs, sampler_kwargs, loss_kwargs: extra keywords for that part (each must be a
-                              parameter the part names, else ValueError)
+    advantage_kwargs, sampler_kwargs, loss_kwargs, reward_kwargs: extra keywords for that part (each
+                              must be a parameter the part names, else ValueError)
     ========================= ==========================================================
     """
 
@@ -113,6 +114,7 @@ class RLConfig:
     advantage_kwargs: dict = field(default_factory=dict)  # extra keywords for the estimator
     sampler_kwargs: dict = field(default_factory=dict)  # ... for the sampler (e.g. a replay ratio)
     loss_kwargs: dict = field(default_factory=dict)  # ... for the policy loss
+    reward_kwargs: dict = field(default_factory=dict)  # ... for the reward (e.g. a bonus's weight)
     # PPO with a critic
     gamma: float = 1.0
     lam: float = 0.95
@@ -160,6 +162,23 @@ def call_with_supported(fn: Callable, **available):
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return fn(**available)
     return fn(**{k: v for k, v in available.items() if k in params})
+
+
+REWARD_CONTEXT = ("model", "tokenizer", "ref_model", "step")
+
+
+def bind_reward(fn: Callable, reward_kwargs: dict, **context) -> Callable:
+    """The loop's reward as ``fn(batch, examples, task, state)``, with the context the reward names.
+
+    A reward that declares a parameter called ``model``, ``tokenizer``, ``ref_model`` (None when the
+    KL term is off) or ``step`` receives the loop's current one (a self-reward scores with the policy,
+    a scheduled bonus reads the step); ``reward_kwargs`` from the config reach it too. A reward that
+    names none of them is returned unchanged, so samplers that call the reward themselves see the same
+    function the loop scores with."""
+    params = inspect.signature(fn).parameters
+    extra = {key: v for key, v in context.items() if key in params}
+    extra.update(reward_kwargs)
+    return functools.partial(fn, **extra) if extra else fn
 
 
 def call_policy_loss(loss: Callable, agg: dict, **named):
@@ -262,6 +281,9 @@ class Trainer:
         check_accepts(self.sampler, cfg.sampler_kwargs, "sampler_kwargs")
         check_accepts(self.estimator, cfg.advantage_kwargs, "advantage_kwargs")
         check_accepts(self.policy_loss, cfg.loss_kwargs, "loss_kwargs")
+        if set(cfg.reward_kwargs) & set(REWARD_CONTEXT):
+            raise ValueError(f"reward_kwargs {sorted(set(cfg.reward_kwargs) & set(REWARD_CONTEXT))} are given by the loop")
+        check_accepts(self.reward_fn, cfg.reward_kwargs, "reward_kwargs")
         self.train_pool = list(train_examples) if train_examples is not None else \
             self.task.examples(cfg.train_pool_size, seed=cfg.seed, split="train")
         self.eval_examples = list(eval_examples) if eval_examples is not None else \
@@ -311,16 +333,18 @@ class Trainer:
             # prompt sampler alone); each keeps its share and samples with a generator of its own
             examples = examples[self.dp.share(len(examples))]
             generator = torch.Generator().manual_seed(distributed_seed(cfg.seed, self.dp.rank, k))
+        reward = bind_reward(self.reward_fn, cfg.reward_kwargs, model=self.model, tokenizer=self.tokenizer,
+                             ref_model=self.ref_model, step=k)
         batch: RolloutBatch = call_with_supported(
             self.sampler, model=self.model, tokenizer=self.tokenizer, prompts=[e.prompt for e in examples],
             config=cfg, generator=generator, state=self.state, examples=examples, pool=self.train_pool,
-            task=self.task, reward=self.reward_fn, step=k, **cfg.sampler_kwargs)
+            task=self.task, reward=reward, step=k, **cfg.sampler_kwargs)
         t_rollout = time.perf_counter()
         # a sampler that adds rows beyond the step's prompts (replayed or cached ones) names their examples
         per_row = batch.examples if batch.examples is not None else [examples[int(i)] for i in batch.index]
         # a sampler that already scored its rows with the loop's reward (e.g. S-GRPO's injection) hands
         # the scores over, so the reward the advantages see is the one the sampler acted on
-        scores = batch.scores if batch.scores is not None else self.reward_fn(batch, per_row, self.task, self.state)
+        scores = batch.scores if batch.scores is not None else reward(batch, per_row, self.task, self.state)
         scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1).to(batch.response_mask.device)
         if scores.shape[0] != len(batch):
             raise ValueError(f"step {k}: the reward returned {scores.shape[0]} scores for {len(batch)} rows")

@@ -356,6 +356,32 @@ def test_part_kwargs_reach_the_part_and_misspelt_ones_are_refused(tiny):
         make(tiny, sampler_kwargs={"step": 3})
 
 
+def test_a_reward_that_names_the_loop_context_receives_it(tiny):
+    """A reward naming model/step/ref_model gets the loop's current ones, reward_kwargs reach it, and a
+    sampler that scores rows itself calls the same bound reward."""
+    seen = []
+
+    @register_reward("test_context_reward")
+    def context_reward(batch, examples, task, state, model=None, step=None, ref_model="unset", weight=1.0):
+        seen.append((model, step, ref_model, weight))
+        return weight * digit_reward(batch, examples, task, state)
+
+    tr = make(tiny, reward="test_context_reward", reward_kwargs={"weight": 2.0}, steps=2)
+    tr.train()
+    assert [s[1] for s in seen] == [1, 2]
+    assert all(s[0] is tr.model and s[2] is None and s[3] == 2.0 for s in seen)
+    tr = make(tiny, reward="test_context_reward", beta=0.1)
+    tr.step()
+    assert seen[-1][2] is tr.ref_model
+    with pytest.raises(ValueError, match="reward_kwargs.*wieght"):
+        make(tiny, reward="test_context_reward", reward_kwargs={"wieght": 2.0})
+    with pytest.raises(ValueError, match="reward_kwargs.*given by the loop"):
+        make(tiny, reward="test_context_reward", reward_kwargs={"step": 3})
+    # a reward that names no context is handed to samplers unchanged
+    from rlcourse.train import bind_reward
+    assert bind_reward(digit_reward, {}, model=None, step=1) is digit_reward
+
+
 def test_extras_reach_a_policy_loss_that_names_them_and_no_other(tiny):
     """A sampler's per-token extras reach the policy loss by name, cropped and split like the other
     per-token tensors; a loss that does not name them runs as before; a shadowing name is refused."""
