@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE := 1
 # output to carry a PNG; scripts and tests without a kernel use Agg (tests/conftest.py).
 INLINE := module://matplotlib_inline.backend_inline
 
-.PHONY: book test claims bench venv clean
+.PHONY: book test claims bench lab venv clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ test: $(STAMP)
 # The chapters' claims in the book profile (slow: several minutes per chapter).
 claims: $(STAMP)
 	RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims
+
+# JupyterLab on the chapters: a chapter's .md opens as a notebook (jupytext), with this repository's
+# settings (.jupyter/lab/user-settings) instead of the user's own.
+lab: $(STAMP)
+	JUPYTERLAB_SETTINGS_DIR=$(CURDIR)/.jupyter/lab/user-settings $(VENV)/bin/jupyter lab
 
 # Speed targets; see benchmarks/README.md.
 bench: $(STAMP)

@@ -4,7 +4,12 @@ A fresh cache means every base model the tests use is built by the code under te
 loaded from a stale copy left by an older version.
 """
 import os
+import sys
 import tempfile
+from pathlib import Path
+
+# scripts/ (the book's build and execution scripts) importable by the tests that drive them
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 os.environ.setdefault("RLCOURSE_PROFILE", "smoke")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -16,6 +21,8 @@ if "RLCOURSE_TEST_KEEP_CACHE" not in os.environ:
 
 # chapters executed by the tests record their verdicts here, not in the user's ledger
 os.environ.setdefault("RLCOURSE_LEDGER", tempfile.mkdtemp(prefix="rlcourse-test-ledger-"))
+# ... and are kept here as executed notebooks, from which tests/test_web_book.py builds the HTML book
+os.environ.setdefault("RLCOURSE_EXECUTED_DIR", tempfile.mkdtemp(prefix="rlcourse-test-executed-"))
 
 import torch  # noqa: E402
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import jupytext
 import nbclient
+import nbformat
 import pytest
 import yaml
 
@@ -78,6 +79,10 @@ def test_chapter_executes_in_smoke_profile(stem, monkeypatch, tmp_path):
     assert elapsed < CHAPTER_TIME_LIMIT_S, f"{stem} took {elapsed:.0f} s in the smoke profile"
     missing = glued_figures_without_image(nb)
     assert not missing, f"{stem}: glued figures without an image: {missing}"
+    # the executed notebook is kept for the HTML build of tests/test_web_book.py (no second execution)
+    saved = Path(os.environ["RLCOURSE_EXECUTED_DIR"]) / f"{stem}.ipynb"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, saved)
     # a chapter that glues verdicts records them, and only claims keyed by its own name (a chapter's
     # run replaces the ledger rows of its name: rlcourse.claims.record)
     recorded = sorted(p.name for p in ledger.glob("*.json"))
