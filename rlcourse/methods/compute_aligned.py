@@ -567,18 +567,24 @@ def lm_sizes(P: Profile) -> dict:
                             pass_ks=(1, 2, 4, 8, 16), maj_ks=(1, 3, 5, 9, 16)))
 
 
-def run_lm_experiment(P: Profile, lr: float = 1e-4, strength: str = "weak") -> dict:
+def run_lm_experiment(P: Profile, lr: float = 1e-4, strength: str = "weak", arms=None, seeds: int | None = None,
+                      prompts_per_step: int | None = None) -> dict:
     """RLOO (``best_of_n`` with k = 1, the standard objective) against the pass@k- and maj@k-aligned
     estimators (train-time k = ``lm_sizes(P)['k']``) on the lab's medium addition model, AdamW at
     ``lr``, one run per seed; pass@k and maj@k of each final model on held-out prompts
     (:func:`rlcourse.testtime.evaluate_samples`, unbiased curves). Returns ``curves[arm]`` (per seed,
-    dicts with ``pass`` and ``maj``), ``base`` (the base model's), ``sizes``, ``seconds``."""
+    dicts with ``pass`` and ``maj``), ``base`` (the base model's), ``sizes``, ``seconds``. ``arms`` (names
+    of :data:`LM_ARMS`), ``seeds`` and ``prompts_per_step`` override the profile's choice."""
     from ..lm import load_base_model
     from ..tasks import get_task
     from ..testtime import evaluate_samples, maj_at_k_curve, pass_at_k_curve
     from ..train import RLConfig, Trainer
 
     sz, t0 = lm_sizes(P), time.perf_counter()
+    sz.update({k: v for k, v in (("seeds", seeds), ("prompts_per_step", prompts_per_step)) if v is not None})
+    arms = list(LM_ARMS) if arms is None else list(arms)
+    if not set(arms) <= set(LM_ARMS):
+        raise ValueError(f"unknown arms {sorted(set(arms) - set(LM_ARMS))}; choose from {list(LM_ARMS)}")
     task = get_task("addition")
     held = task.examples(sz["eval_prompts"], seed=2000, split="test")
     refs = [int(e.answer) for e in held]
@@ -592,8 +598,8 @@ def run_lm_experiment(P: Profile, lr: float = 1e-4, strength: str = "weak") -> d
     with one_torch_thread():
         base, tok = load_base_model("addition", strength, prof=P, progress=False)
         out["base"] = curves(base, 0)
-        for arm, parts in LM_ARMS.items():
-            cs, rew = [], []
+        for arm in arms:
+            parts, cs, rew = LM_ARMS[arm], [], []
             for seed in range(sz["seeds"]):
                 kw = {"subset_size": sz["k"], **parts.get("advantage_kwargs", {})}
                 cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts_per_step"], steps=sz["steps"],
