@@ -1,0 +1,559 @@
+"""Retaining by doing: on-policy data and forgetting (Chen, Razin, Narasimhan, Chen, 2025, arXiv:2510.18874).
+
+Two tiers, as in the chapter:
+
+1. The two-Gaussian model. The target ``p = w N(old) + (1 - w) N(new)`` holds prior knowledge (the
+   old mode) and the target task (the new mode); the policy is a mixture of two Gaussians whose old
+   component moves slowly. SFT fits the new task's data (forward KL, mode covering); RL scores the
+   policy's own new-task samples (reverse KL, mode seeking). :func:`simulate` runs either and
+   records the overlap of each mode; :func:`drop_at_gain` reads the forgetting at a matched gain.
+2. A tiny LM that sorts and adds a little (:class:`SortThenAdd`), trained on addition by SFT at two
+   learning rates, by GRPO, and by SFT on its own correct samples (:func:`own_correct_samples`; the
+   registered estimator ``"self_sft"`` is the same update done on-policy inside the loop).
+   :func:`run_lm_experiment` measures addition (gain) and sort (forgetting) along the way.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from ..advantages import outcome_scores, register_estimator
+from ..tasks import Addition, Example, Sort, Task, get_task
+
+PAPER = ("Retaining by Doing: The Role of On-Policy Data in Mitigating Forgetting, Chen, Razin, Narasimhan "
+         "and Chen, 2025, arXiv:2510.18874")
+PARAMS = ("pi1", "mu1", "sigma1", "mu2", "sigma2")  # the mixture policy's parameters, in this order
+
+
+# ---------------------------------------------------------------------- Gaussians
+def normal_pdf(x: np.ndarray, mu: float, sigma: float) -> np.ndarray:
+    """Density of ``N(mu, sigma^2)`` at ``x`` (any shape)."""
+    if not sigma > 0:
+        raise ValueError(f"sigma must be positive, got {sigma}")
+    x = np.asarray(x, dtype=float)
+    return np.exp(-0.5 * ((x - mu) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+
+
+def gaussian_kl(mu_p: float, sigma_p: float, mu_q: float, sigma_q: float) -> float:
+    """``KL(N(mu_p, sigma_p^2) || N(mu_q, sigma_q^2))`` in closed form (nats)."""
+    if not (sigma_p > 0 and sigma_q > 0):
+        raise ValueError(f"standard deviations must be positive, got {sigma_p}, {sigma_q}")
+    return math.log(sigma_q / sigma_p) + (sigma_p ** 2 + (mu_p - mu_q) ** 2) / (2 * sigma_q ** 2) - 0.5
+
+
+@dataclass(frozen=True)
+class TwoModeSetting:
+    """The target ``p = old_weight N(old_mu, old_sigma^2) + (1 - old_weight) N(new_mu, new_sigma^2)``, the
+    policy's initial parameters ``init`` (:data:`PARAMS`), the slow factor on the old component's
+    parameters (``pi1, mu1, sigma1``: prior knowledge is hard to move), and the run's size."""
+
+    old_weight: float = 0.75
+    old_mu: float = -3.0
+    old_sigma: float = 1.0
+    new_mu: float = 3.5
+    new_sigma: float = 0.7
+    init: tuple = (0.75, -3.5, 1.0, 0.5, 0.7)
+    slow_factor: float = 0.005
+    iters: int = 1000
+    n_samples: int = 1000
+    beta: float = 0.1
+    family: str = "mixture"  # or "single": one Gaussian (init = (mu, sigma)), no slow component
+
+    def __post_init__(self):
+        if self.family not in ("mixture", "single"):
+            raise ValueError(f"family must be 'mixture' or 'single', got {self.family!r}")
+        if len(self.init) != (5 if self.family == "mixture" else 2):
+            raise ValueError(f"a {self.family} policy has {5 if self.family == 'mixture' else 2} parameters, "
+                             f"init has {len(self.init)}")
+        if not 0 < self.old_weight < 1 or self.iters < 1 or self.n_samples < 2 or not self.beta > 0:
+            raise ValueError("need 0 < old_weight < 1, iters >= 1, n_samples >= 2 and beta > 0")
+
+    @property
+    def speed(self) -> np.ndarray:
+        """Per-parameter multiplier of the learning rate."""
+        if self.family == "single":
+            return np.ones(2)
+        s = self.slow_factor
+        return np.array([s, s, s, 1.0, 1.0])
+
+
+SINGLE_MODE = TwoModeSetting(family="single", init=(-3.0, 1.0), iters=1000)
+
+
+def mixture_score(x: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Density and score of the policy ``q = pi1 N(mu1, s1^2) + (1 - pi1) N(mu2, s2^2)``.
+
+    ========= ========= ===============================================================
+    x         ``(n,)``  points
+    theta     ``(5,)``  ``pi1, mu1, sigma1, mu2, sigma2``
+    returns   q ``(n,)``, score ``(n, 5)``: ``d log q(x) / d theta``; with the responsibility
+              ``r1 = pi1 N1 / q`` the rows are ``(N1 - N2)/q``, ``r1 (x - mu1)/s1^2``,
+              ``r1 ((x - mu1)^2/s1^3 - 1/s1)``, and the same with ``r2 = 1 - r1`` for component 2
+    ========= ========= ===============================================================
+    """
+    x = np.asarray(x, dtype=float)
+    theta = np.asarray(theta, dtype=float)
+    if x.ndim != 1 or theta.shape != (5,):
+        raise ValueError(f"x must be (n,) and theta (5,), got {x.shape} and {theta.shape}")
+    pi1, mu1, s1, mu2, s2 = theta
+    n1, n2 = normal_pdf(x, mu1, s1), normal_pdf(x, mu2, s2)
+    q = np.maximum(pi1 * n1 + (1 - pi1) * n2, 1e-300)
+    r1 = pi1 * n1 / q
+    r2 = 1.0 - r1
+    score = np.stack([(n1 - n2) / q,
+                      r1 * (x - mu1) / s1 ** 2, r1 * ((x - mu1) ** 2 / s1 ** 3 - 1 / s1),
+                      r2 * (x - mu2) / s2 ** 2, r2 * ((x - mu2) ** 2 / s2 ** 3 - 1 / s2)], 1)
+    return q, score
+
+
+def single_score(x: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Density ``(n,)`` and score ``(n, 2)`` of one Gaussian ``N(mu, sigma^2)``, ``theta = (mu, sigma)``."""
+    x = np.asarray(x, dtype=float)
+    mu, s = np.asarray(theta, dtype=float)
+    q = np.maximum(normal_pdf(x, mu, s), 1e-300)
+    return q, np.stack([(x - mu) / s ** 2, (x - mu) ** 2 / s ** 3 - 1 / s], 1)
+
+
+def new_component(theta: np.ndarray, setting: TwoModeSetting) -> tuple[float, float]:
+    """Mean and standard deviation of the policy's new-task component."""
+    return (float(theta[3]), float(theta[4])) if setting.family == "mixture" else (float(theta[0]), float(theta[1]))
+
+
+def sft_gradient(x: np.ndarray, theta: np.ndarray, setting: TwoModeSetting) -> np.ndarray:
+    """Ascent direction of the SFT objective ``E_{x ~ p_new} log q(x)`` (forward KL to the new task's
+    data, minus a constant): the mean score over the data ``x`` ``(n,)``. Returns ``(5,)`` or ``(2,)``."""
+    score = (mixture_score if setting.family == "mixture" else single_score)(x, theta)[1]
+    return score.mean(0)
+
+
+def rl_gradient(x: np.ndarray, theta: np.ndarray, setting: TwoModeSetting) -> np.ndarray:
+    """REINFORCE estimate of ``grad E_q[r]`` from the policy's own new-task samples.
+
+    ``x`` ``(n,)`` are drawn from the policy's new component ``q2``; the reward is
+    ``r(x) = log p_new(x) - log(beta q2(x))`` (reverse KL of the new component to the new task, with an
+    offset ``-log beta``); the weight ``q(x)/q2(x)`` turns the average into one over the whole policy,
+    so the estimate is ``mean(r w score)``. For a single Gaussian ``q = q2`` and ``w = 1``."""
+    mu2, s2 = new_component(theta, setting)
+    q2 = np.maximum(normal_pdf(x, mu2, s2), 1e-300)
+    r = np.log(np.maximum(normal_pdf(x, setting.new_mu, setting.new_sigma), 1e-300)) - np.log(setting.beta * q2)
+    q, score = (mixture_score if setting.family == "mixture" else single_score)(x, theta)
+    return ((r * q / q2)[:, None] * score).mean(0)
+
+
+GRID = np.linspace(-10.0, 10.0, 1001)
+
+
+def mode_overlap(theta: np.ndarray, setting: TwoModeSetting) -> tuple[float, float]:
+    """``(old, new)``: for each mode ``k``, ``int min(p_k, q_k) dx / int p_k dx`` with ``p_k`` the target's
+    weighted component and ``q_k`` the policy's (the whole policy for a single Gaussian); 1 = the mode
+    is fully kept, 0 = lost. Trapezoid rule on :data:`GRID`."""
+    w = setting.old_weight
+    p_old = w * normal_pdf(GRID, setting.old_mu, setting.old_sigma)
+    p_new = (1 - w) * normal_pdf(GRID, setting.new_mu, setting.new_sigma)
+    if setting.family == "mixture":
+        pi1, mu1, s1, mu2, s2 = theta
+        q_old, q_new = pi1 * normal_pdf(GRID, mu1, s1), (1 - pi1) * normal_pdf(GRID, mu2, s2)
+    else:
+        q_old = q_new = normal_pdf(GRID, theta[0], theta[1])
+    return (float(np.trapezoid(np.minimum(p_old, q_old), GRID) / w),
+            float(np.trapezoid(np.minimum(p_new, q_new), GRID) / (1 - w)))
+
+
+def project(theta: np.ndarray, setting: TwoModeSetting) -> np.ndarray:
+    """Keep the parameters valid: ``pi1`` in ``[1e-3, 1 - 1e-3]``, standard deviations >= 0.05."""
+    theta = theta.copy()
+    if setting.family == "mixture":
+        theta[0] = np.clip(theta[0], 1e-3, 1 - 1e-3)
+        theta[[2, 4]] = np.maximum(theta[[2, 4]], 0.05)
+    else:
+        theta[1] = max(theta[1], 0.05)
+    return theta
+
+
+def simulate(setting: TwoModeSetting, method: str, lr: float, seed: int = 0) -> dict:
+    """Train the policy by ``method`` (``"sft"``: data from the new mode; ``"rl"``: the policy's own
+    new-task samples) with plain gradient ascent at ``lr`` (times ``setting.speed``).
+
+    ========= ================ ===========================================
+    theta     ``(iters+1, d)`` parameters after each iteration (row 0: init)
+    old, new  ``(iters+1,)``   :func:`mode_overlap` after each iteration
+    ========= ================ ===========================================
+    """
+    if method not in ("sft", "rl"):
+        raise ValueError(f"method must be 'sft' or 'rl', got {method!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr}")
+    rng = np.random.default_rng(seed)
+    theta = np.asarray(setting.init, dtype=float)
+    thetas, overlaps = [theta], [mode_overlap(theta, setting)]
+    for _ in range(setting.iters):
+        if method == "sft":
+            x = rng.normal(setting.new_mu, setting.new_sigma, setting.n_samples)
+            g = sft_gradient(x, theta, setting)
+        else:
+            mu2, s2 = new_component(theta, setting)
+            x = rng.normal(mu2, s2, setting.n_samples)
+            g = rl_gradient(x, theta, setting)
+        theta = project(theta + lr * setting.speed * g, setting)
+        thetas.append(theta)
+        overlaps.append(mode_overlap(theta, setting))
+    ov = np.asarray(overlaps)
+    return {"theta": np.asarray(thetas), "old": ov[:, 0], "new": ov[:, 1]}
+
+
+def drop_at_gain(run: dict, gain: float) -> tuple[float, bool]:
+    """Forgetting (old-mode overlap lost since the start) at the first iteration whose new-mode overlap
+    reaches ``gain``, and whether it was reached (if not: the forgetting at the largest new overlap)."""
+    new, old = np.asarray(run["new"]), np.asarray(run["old"])
+    hit = np.nonzero(new >= gain)[0]
+    t = int(hit[0]) if len(hit) else int(np.argmax(new))
+    return float(old[0] - old[t]), bool(len(hit))
+
+
+TOY_ARMS = {"SFT, lr 0.15": ("sft", 0.15), "SFT, lr 0.01": ("sft", 0.01), "RL, lr 0.01": ("rl", 0.01)}
+SINGLE_ARMS = {"SFT, lr 0.05": ("sft", 0.05), "RL, lr 0.005": ("rl", 0.005)}
+
+
+def toy_experiment(seeds: int, setting: TwoModeSetting = TwoModeSetting(), arms: dict = TOY_ARMS,
+                   gain: float = 0.9) -> dict:
+    """Every arm of ``arms`` (name -> (method, lr)) over ``seeds`` seeds.
+
+    ============== ==================== ===================================================
+    runs[arm]      list of dicts        :func:`simulate`'s output per seed
+    drop[arm]      ``(seeds,)``         forgetting at the matched gain (:func:`drop_at_gain`)
+    reached[arm]   ``(seeds,)`` bool    whether the arm reached ``gain``
+    ============== ==================== ===================================================
+    """
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    runs = {a: [simulate(setting, m, lr, seed=s) for s in range(seeds)] for a, (m, lr) in arms.items()}
+    drop, reached = {}, {}
+    for a, rs in runs.items():
+        pairs = [drop_at_gain(r, gain) for r in rs]
+        drop[a] = np.array([d for d, _ in pairs])
+        reached[a] = np.array([ok for _, ok in pairs])
+    return {"runs": runs, "drop": drop, "reached": reached, "gain": gain, "setting": setting}
+
+
+def kl_tilted(pi0: np.ndarray, r: np.ndarray, beta: float) -> np.ndarray:
+    """The maximiser of ``E_pi[r] - beta KL(pi || pi0)`` over distributions on ``N`` answers:
+    ``pi0 exp(r / beta) / Z``, computed in log space.
+
+    ======= ======== ==================================
+    pi0     ``(N,)`` the base policy (non-negative, sums to 1)
+    r       ``(N,)`` reward of each answer
+    beta    float    KL coefficient, > 0
+    returns ``(N,)`` the tilted policy
+    ======= ======== ==================================
+    """
+    pi0, r = np.asarray(pi0, dtype=float), np.asarray(r, dtype=float)
+    if pi0.ndim != 1 or r.shape != pi0.shape:
+        raise ValueError(f"pi0 must be (N,) and r the same shape, got {pi0.shape} and {r.shape}")
+    if (pi0 < 0).any() or abs(pi0.sum() - 1) > 1e-9:
+        raise ValueError("pi0 must be non-negative and sum to 1")
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    with np.errstate(divide="ignore"):
+        logits = np.log(pi0) + r / beta
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
+
+
+# ---------------------------------------------------------------------- the LM tier
+class SortThenAdd(Task):
+    """The base model's pre-training mixture: ``sort`` (4 digits; the prior knowledge) and 2-digit
+    ``addition`` (the target task), half of the draws each, each scored by its own verifier. Stopped at
+    a mixture accuracy of 0.6, a base model sorts well and adds right about one time in four."""
+
+    name = "retain_sortadd"
+
+    def __init__(self):
+        self.sort, self.add = Sort(), Addition()
+
+    def _draw(self, rng: np.random.Generator) -> Example:
+        return (self.sort if rng.random() < 0.5 else self.add)._draw(rng)
+
+    def score(self, completion, example):
+        return (self.add if "+" in example.prompt else self.sort).score(completion, example)
+
+
+@register_estimator("self_sft")
+def compute_self_sft_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
+                               threshold: float = 1.0):
+    """SFT on the policy's own accepted samples, as an advantage: 1 on every token of a response whose
+    outcome reward reaches ``threshold`` (a correct one, for a 0/1 verifier), 0 elsewhere. With the
+    ``pg`` loss the update is ``-sum_kept log pi(y)`` over the batch's accepted rows: rejection-sampling
+    fine-tuning on fresh samples (RAFT), i.e. the self-SFT of the chapter done fully on-policy. No
+    baseline, no normalisation, so groups of any size (one included) work.
+
+    =================== ========= ============================================
+    token_level_rewards ``(B,T)`` outcome reward on the last valid token
+    response_mask       ``(B,T)`` 1 up to and including EOS
+    index               ``(B,)``  group ids (unused: each row stands alone)
+    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` is the 0/1 acceptance
+    =================== ========= ============================================
+    """
+    if token_level_rewards.shape != response_mask.shape:
+        raise ValueError(f"token_level_rewards {tuple(token_level_rewards.shape)} and response_mask "
+                         f"{tuple(response_mask.shape)} differ")
+    scores = outcome_scores(token_level_rewards, response_mask)
+    if not torch.isfinite(scores).all():
+        raise ValueError("self_sft: non-finite rewards")
+    keep = (scores >= threshold).to(response_mask.dtype)
+    adv = keep[:, None] * response_mask
+    return adv, adv.clone()
+
+
+def own_correct_samples(model, tokenizer, task: Task | str, examples: list[Example], num_generations: int,
+                        max_new_tokens: int, generator: torch.Generator | None = None) -> tuple[list[Example], float]:
+    """Self-generated SFT data: ``num_generations`` samples (temperature 1) of ``model`` per example, kept
+    when the task's verifier says they are correct; each kept one becomes an :class:`Example` whose
+    ``solution`` is the model's own text. Returns ``(data, acceptance rate)``; no correct sample is a
+    ValueError (there would be nothing to fine-tune on)."""
+    from ..lm.sampling import sample
+
+    task = get_task(task)
+    if num_generations < 1 or not examples:
+        raise ValueError("own_correct_samples needs examples and num_generations >= 1")
+    batch = sample(model, tokenizer, [e.prompt for e in examples], num_generations=num_generations,
+                   max_new_tokens=max_new_tokens, generator=generator)
+    per_row = [examples[int(i)] for i in batch.index]
+    ok = task.rewards(batch.texts, per_row)
+    data = [replace(e, solution=t) for e, t, r in zip(per_row, batch.texts, ok) if r >= 1.0]
+    if not data:
+        raise ValueError(f"none of {len(per_row)} samples was correct on {task.name}: no self-SFT data")
+    return data, float(ok.mean())
+
+
+def sequence_kl(model, ref_model, tokenizer, prompts: list[str], max_new_tokens: int,
+                generator: torch.Generator | None = None) -> float:
+    """Monte Carlo ``KL(pi || pi_0)`` per response on ``prompts``: the mean over one sample of ``model``
+    per prompt of ``sum_t log pi(y_t) - log pi_0(y_t)`` (the sampled sequence's log-ratio)."""
+    from ..lm.model import response_logprobs
+    from ..lm.sampling import sample
+
+    batch = sample(model, tokenizer, prompts, max_new_tokens=max_new_tokens, generator=generator)
+    with torch.no_grad():
+        ref = response_logprobs(ref_model, batch.input_ids, batch.attention_mask, batch.response_len)
+    m = batch.response_mask
+    return float(((batch.logprobs - ref) * m).sum(-1).mean())
+
+
+def sft_run(model, tokenizer, examples: list[Example], steps: int, batch_size: int, lr: float, seed: int,
+            eval_at: list[int], evaluate) -> list[dict]:
+    """Supervised fine-tuning with one AdamW for the whole run (as :func:`rlcourse.train.sft`), calling
+    ``evaluate(model)`` after each step in ``eval_at`` (0 = before training). Returns those results."""
+    from ..lm.zoo import sft_loss
+
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    out = [evaluate(model)] if 0 in eval_at else []
+    for step in range(1, steps + 1):
+        model.train()
+        rows = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
+        loss = sft_loss(model, tokenizer, [examples[i] for i in rows])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        model.eval()
+        if step in eval_at:
+            out.append(evaluate(model))
+    return out
+
+
+def external_labels(examples: list[Example]) -> list[Example]:
+    """Addition demonstrations in another writer's style: the reversed-digit scratchpad with its digits
+    spaced (``47+85=`` -> ``2 3 1|132`` instead of the base model's ``231|132``). The same computation
+    and the same graded answer, in a form the base model never writes: off-policy SFT data."""
+    out = []
+    for e in examples:
+        if "|" not in e.solution:
+            raise ValueError(f"external_labels needs addition demonstrations ('reversed|sum'), got {e.solution!r}")
+        pad, answer = e.solution.rsplit("|", 1)
+        out.append(replace(e, solution=" ".join(pad) + "|" + answer))
+    return out
+
+
+def lm_sizes(prof) -> dict:
+    """The LM experiment's sizes for a profile."""
+    return dict(steps=prof.pick(smoke=2, book=80, full=200), every=prof.pick(smoke=1, book=10, full=20),
+                n_eval=prof.pick(smoke=16, book=128, full=512), prompts=prof.pick(smoke=4, book=16, full=32),
+                G=prof.pick(smoke=2, book=8, full=8), lr_hi=3e-4, lr_lo=1e-4, rl_lr=prof.rl_lr,
+                strength=0.6, max_new=12, seeds=prof.seeds, kl_prompts=prof.pick(smoke=8, book=64, full=256))
+
+
+LM_ARMS = ("SFT, low lr", "SFT, high lr", "SFT, own style", "Self-SFT, low lr", "Self-SFT, high lr", "GRPO", "RAFT")
+DEFAULT_ARMS = LM_ARMS[:6]
+SFT_ARMS = LM_ARMS[:3]  # labelled data (the SFT frontier)
+SELF_ARMS = LM_ARMS[3:5]  # own correct samples
+
+
+def run_lm_experiment(prof, arms: tuple = DEFAULT_ARMS, seeds: int | None = None) -> dict:
+    """Train the :class:`SortThenAdd` base model on addition alone with each arm, over ``prof.seeds``
+    seeds, and evaluate greedy held-out accuracy on addition (target) and sort (prior knowledge).
+
+    Arms (equal budgets: the same steps and prompts per step; SFT and self-SFT also share the
+    optimiser and learning rate): ``SFT, high lr`` / ``SFT, low lr`` on demonstrations written in
+    another style (:func:`external_labels`: off-policy data); ``GRPO`` (the loop's defaults, G samples per prompt); ``Self-SFT, low lr`` / ``Self-SFT, high lr``: SFT
+    on the base model's own correct samples, drawn once before training (approximately on-policy, from
+    a policy that lags by the whole run); ``RAFT``: the loop with the ``self_sft`` estimator and the
+    ``pg`` loss at the low learning rate (SFT on fresh correct samples each step, fully on-policy;
+    not in the default arms); ``SFT, own style``: SFT at the high learning rate on the task's own
+    demonstrations, which are written exactly as the base model writes (data close to on-policy in
+    form, though not drawn from the model). The self-SFT data come from as many prompts as GRPO sees in its run,
+    with G samples each: the same number of sampled responses.
+
+    ============== ============================= ===========================================
+    steps          ``(E,)``                      evaluation steps (0 = the base model)
+    curves[arm]    dict ``add``, ``sort``        ``(N, E)`` greedy accuracies per seed
+    kl[arm]        ``(N,)``                      :func:`sequence_kl` on addition prompts at the end
+    base           dict                          the base model's accuracies, build seconds
+    accept         ``(N,)``                      self-SFT data's acceptance rate per seed
+    ============== ============================= ===========================================
+    """
+    from ..lm.zoo import greedy_accuracy, load_base_model
+    from ..profiles import one_torch_thread
+    from ..train import RLConfig, Trainer
+
+    unknown = set(arms) - set(LM_ARMS)
+    if unknown:
+        raise ValueError(f"unknown arms {sorted(unknown)}; choose from {LM_ARMS}")
+    sz = lm_sizes(prof)
+    if seeds is not None:
+        sz["seeds"] = seeds
+    t0 = time.perf_counter()
+    eval_at = list(range(0, sz["steps"] + 1, sz["every"]))
+    if eval_at[-1] != sz["steps"]:
+        eval_at.append(sz["steps"])
+    add, srt = Addition(), Sort()
+    with one_torch_thread():
+        base, tok = load_base_model(SortThenAdd(), strength=sz["strength"], prof=prof, progress=False)
+        built = time.perf_counter() - t0
+        held = {"add": add.examples(sz["n_eval"], seed=0, split="test"),
+                "sort": srt.examples(sz["n_eval"], seed=0, split="test")}
+
+        def evaluate(model):
+            return {"add": greedy_accuracy(model, tok, add, held["add"], sz["max_new"]),
+                    "sort": greedy_accuracy(model, tok, srt, held["sort"], sz["max_new"])}
+
+        base_acc = evaluate(base)
+        curves = {a: {"add": [], "sort": []} for a in arms}
+        kl = {a: [] for a in arms}
+        accept = []
+        kl_prompts = [e.prompt for e in add.examples(sz["kl_prompts"], seed=1, split="test")]
+        for seed in range(sz["seeds"]):
+            pool = add.examples(4000, seed=seed, split="train")
+            own = None
+            for arm in arms:
+                torch.manual_seed(seed)
+                model = copy.deepcopy(base)
+                if arm in SFT_ARMS + SELF_ARMS:
+                    data = pool if arm == "SFT, own style" else external_labels(pool)
+                    if arm in SELF_ARMS:
+                        if own is None:  # drawn once per seed, shared by both learning rates
+                            n = min(len(pool), sz["steps"] * sz["prompts"])  # GRPO's prompts: as many samples
+                            try:
+                                own, acc = own_correct_samples(base, tok, add, pool[:n], sz["G"], sz["max_new"],
+                                                               torch.Generator().manual_seed(seed))
+                            except ValueError:  # a base model that never adds right (smoke): no data
+                                own, acc = [], 0.0
+                            accept.append(acc)
+                        data = own
+                    lr = sz["lr_lo"] if arm.endswith("low lr") else sz["lr_hi"]
+                    res = sft_run(model, tok, data, sz["steps"] if data else 0, sz["prompts"], lr, seed,
+                                  eval_at, evaluate)
+                    res += [res[-1]] * (len(eval_at) - len(res))  # untrained: the base model throughout
+                else:
+                    raft = arm == "RAFT"
+                    cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], steps=sz["steps"],
+                                   max_completion_length=sz["max_new"], seed=seed, progress=False,
+                                   learning_rate=sz["lr_lo"] if raft else sz["rl_lr"],
+                                   advantage_estimator="self_sft" if raft else "grpo",
+                                   policy_loss="pg" if raft else "vanilla",
+                                   loss_type="seq-mean-token-mean" if raft else "dapo")
+                    tr = Trainer(model, tok, add, cfg, train_examples=pool, eval_examples=held["add"][:4])
+                    res = [base_acc]
+                    for s in eval_at[1:]:
+                        tr.train(steps=s)
+                        res.append(evaluate(tr.model))
+                for key in ("add", "sort"):
+                    curves[arm][key].append([r[key] for r in res])
+                kl[arm].append(sequence_kl(model, base, tok, kl_prompts, sz["max_new"],
+                                           torch.Generator().manual_seed(10_000 + seed)))
+    return {"steps": np.asarray(eval_at),
+            "curves": {a: {k: np.asarray(v, dtype=float) for k, v in c.items()} for a, c in curves.items()},
+            "kl": {a: np.asarray(v) for a, v in kl.items()}, "base": {**base_acc, "build_seconds": built},
+            "accept": np.asarray(accept), "sizes": sz, "seconds": time.perf_counter() - t0}
+
+
+def gain_and_drop(res: dict) -> dict:
+    """Per arm and seed: the final gain on addition and the drop on sort, both against the base model.
+
+    ============ ========= ===============================
+    gain[arm]    ``(N,)``  final addition - base addition
+    drop[arm]    ``(N,)``  base sort - final sort
+    ============ ========= ===============================
+    """
+    b = res["base"]
+    return {"gain": {a: c["add"][:, -1] - b["add"] for a, c in res["curves"].items()},
+            "drop": {a: b["sort"] - c["sort"][:, -1] for a, c in res["curves"].items()}}
+
+
+def drop_at_matched_gain(gain: float, curves: list[dict], base: dict) -> tuple[float, bool]:
+    """Forgetting of a family of runs (one seed, several learning rates or data) at a given gain: along
+    each run's (gain, drop) path, the drop where the gain first reaches ``gain`` (linear interpolation
+    between evaluations), the smallest over the runs that reach it, and True. If none reaches it: the
+    drop at the largest gain any run had, and False (a lower gain, so not a matched comparison).
+
+    ======= ================================ ===========================================
+    curves  list of dicts ``add``, ``sort``  ``(E,)`` accuracies of each run (row 0 = base)
+    base    dict ``add``, ``sort``           the base model's accuracies
+    ======= ================================ ===========================================
+    """
+    if not curves:
+        raise ValueError("drop_at_matched_gain needs at least one run")
+    found, best = [], (-np.inf, np.nan)
+    for c in curves:
+        g, d = np.asarray(c["add"]) - base["add"], base["sort"] - np.asarray(c["sort"])
+        if g.shape != d.shape or g.ndim != 1:
+            raise ValueError(f"each run needs add and sort curves of one shape, got {g.shape} and {d.shape}")
+        i = int(np.argmax(g))
+        if g[i] > best[0]:
+            best = (float(g[i]), float(d[i]))
+        for i in range(len(g)):
+            if g[i] >= gain:
+                if i == 0 or g[i - 1] >= gain:
+                    found.append(float(d[i]))
+                else:
+                    w = (gain - g[i - 1]) / (g[i] - g[i - 1])
+                    found.append(float(d[i - 1] + w * (d[i] - d[i - 1])))
+                break
+    return (min(found), True) if found else (best[1], False)
+
+
+def matched_gain_table(res: dict) -> dict:
+    """Per seed, at GRPO's final gain: GRPO's final drop, the SFT runs' drop (:data:`SFT_ARMS`) and the
+    self-SFT runs' drop (:data:`SELF_ARMS`) read off their paths (:func:`drop_at_matched_gain`).
+
+    ============ ========= ==============================================
+    gain         ``(N,)``  GRPO's final gain on addition
+    grpo         ``(N,)``  GRPO's final drop on sort
+    sft, self    ``(N,)``  the families' drops at that gain
+    sft_ok, ...  ``(N,)``  whether some run of the family reached it
+    ============ ========= ==============================================
+    """
+    gd = gain_and_drop(res)
+    out = {"gain": gd["gain"]["GRPO"], "grpo": gd["drop"]["GRPO"]}
+    for name, family in (("sft", SFT_ARMS), ("self", SELF_ARMS)):
+        vals = [drop_at_matched_gain(float(g), [{k: res["curves"][a][k][n] for k in ("add", "sort")}
+                                                for a in family if a in res["curves"]], res["base"])
+                for n, g in enumerate(out["gain"])]
+        out[name] = np.array([v for v, _ in vals])
+        out[name + "_ok"] = np.array([ok for _, ok in vals])
+    return out
