@@ -16,6 +16,8 @@ accuracy BT 0.711 (0.308, 0.918, 0.908), TCRM 0.935 (0.940, 0.929, 0.936), exact
 accuracy 1.0 on every seed (holds). PPO from the data policy (valid share 0.566): unified 0.855,
 0.859, 0.852; separate critic 0.492, 0.793, 0.129 (matching quality inconclusive, [0.066, 0.723]);
 model state -44.5% (holds); median step time -25.9% to -35.1% (holds).
+This file then passed in the book profile (2 Dec 2026, 12:37-12:45 UTC: 2 passed in 522 s wall,
+115 s CPU, load about 12).
 """
 import numpy as np
 import pytest
