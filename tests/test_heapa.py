@@ -176,7 +176,7 @@ def test_toy_runs_are_deterministic_and_the_oracle_beats_uniform_on_one_seed():
 def test_curriculum_task_levels_and_variants():
     task = get_task("heapa_addition")
     ex = task.examples(300, seed=0)
-    assert {e.meta["digits"] for e in ex} == {1, 2, 3}
+    assert {e.meta["digits"] for e in ex} == {1, 2, 3, 4}
     for e in ex:
         d = e.meta["digits"]
         assert all(len(str(x)) == d for x in (e.meta["a"], e.meta["b"]))
