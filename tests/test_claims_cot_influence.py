@@ -16,7 +16,9 @@ SR 0.325, all-digit thinks 0.478; GRPO 0.727 / 0.406 / 0.735 / 0.948; SFT+GRPO 0
 holds; GRPO lowers CIR +0.209 [0.201, 0.217] does not hold (CIR rose); SFT warm-up raises CIR +0.049
 [0.044, 0.057] holds; CIR reward raises CIR +0.002 [-0.003, 0.006] does not hold; CIR reward raises SR
 +0.027 [0.013, 0.039] inconclusive; CIR reward keeps accuracy within 0.05 +0.026 [0.016, 0.042] holds;
-sign-flip p = 0.25 or 0.5 (3 seeds).
+sign-flip p = 0.25 or 0.5 (3 seeds). The chapter then executed in the book profile (base model cached)
+in 157 s (166 s wall, 38 s CPU; load ~16, 12:39-12:42 UTC) with the same numbers and verdicts; this file passed in the book profile (2 passed, 220 s; 240 s wall,
+59 s CPU; load ~12, 12:47-12:51 UTC).
 """
 import math
 
