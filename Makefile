@@ -6,11 +6,14 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# no tqdm widgets from transformers/huggingface_hub in executed chapters: their saved state would make
+# the offline HTML book fetch the widget JavaScript from a CDN (tests/test_web_book.py checks)
+export HF_HUB_DISABLE_PROGRESS_BARS := 1
 # Chapters glue matplotlib figures: their kernels need the inline backend (not Agg) for a figure's
 # output to carry a PNG; scripts and tests without a kernel use Agg (tests/conftest.py).
 INLINE := module://matplotlib_inline.backend_inline
 
-.PHONY: book test claims bench lab venv clean
+.PHONY: book test claims bench lab assignments venv clean
 
 venv: $(STAMP)
 
@@ -26,7 +29,7 @@ $(STAMP): pyproject.toml
 # Chapters record their verdicts in _build/ledger; reports/reproduction.md (always re-executed, and
 # read last) turns them into the "Reproduction status" page.
 book: $(STAMP)
-	touch reports/reproduction.md  # Sphinx re-reads (and so re-executes) only files that changed
+	touch reports/papers.md reports/syllabus.md reports/reproduction.md  # Sphinx re-reads (and so re-executes) only files that changed
 	RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
 # Unit tests, then every chapter and capstone executed in the smoke profile.
@@ -41,6 +44,11 @@ claims: $(STAMP)
 # settings (.jupyter/lab/user-settings) instead of the user's own.
 lab: $(STAMP)
 	JUPYTERLAB_SETTINGS_DIR=$(CURDIR)/.jupyter/lab/user-settings $(VENV)/bin/jupyter lab
+
+# Student versions of the Foundations chapters (solutions removed) with pytest autograders, and the
+# key, in _build/assignments/<chapter>/ (see scripts/make_assignments.py).
+assignments: $(STAMP)
+	$(PY) scripts/make_assignments.py --out _build/assignments
 
 # Speed targets; see benchmarks/README.md.
 bench: $(STAMP)

@@ -17,6 +17,7 @@ Nothing here is typed by hand; everything is read from the sources, so the index
 :func:`registered_parts`  ``[Part]``: kind, name, defining file and top-level object
 :func:`chapter_includes`  ``[(file, pyobject)]`` a chapter's source shows
 :func:`chapter_paper`     ``(title, arxiv_id)`` of a chapter's source
+:func:`prerequisites`     the chapter labels a chapter's "Builds on" box names
 :func:`catalogue`         ``[Entry]``, one per chapter of the table of contents
 :func:`papers_markdown`   the index as a Markdown table
 ========================  ==============================================================
@@ -35,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 INCLUDE = re.compile(r"^```\{literalinclude\}\s+(\S+)\s*\n((?::[^\n]*\n)*)", re.MULTILINE)
 ARXIV = re.compile(r"arXiv[:\s]*(\d{4}\.\d{4,5})")
 TITLE = re.compile(r"\*([^*\n][^*]{3,200}?)\*")
+BUILDS_ON = re.compile(r"^:::\{admonition\} Builds on\n(.*?)^:::", re.MULTILINE | re.DOTALL)
+CHAPTER_REF = re.compile(r"\{ref\}`(?:[^`<]*<)?(ch-[a-z0-9-]+)>?`")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class Entry:
     title: str
     arxiv: str
     parts: list[Part] = field(default_factory=list)
+    builds_on: list[str] = field(default_factory=list)  # stems of the chapters it names as prerequisites
     tests: list[str] = field(default_factory=list)
     verdicts: dict[str, int] = field(default_factory=dict)  # verdict word -> count
 
@@ -117,6 +121,23 @@ def chapter_paper(text: str) -> tuple[str, str]:
     return (" ".join(titles[-1].split()) if titles else ""), m.group(1)
 
 
+def prerequisites(text: str) -> list[str]:
+    """The chapter labels (``ch-<stem>``) a chapter's "Builds on" admonition names, in its order."""
+    m = BUILDS_ON.search(text)
+    return CHAPTER_REF.findall(m.group(1)) if m else []
+
+
+def toc_parts(root: Path = ROOT) -> list[tuple[str, list[str]]]:
+    """``(caption, [stem, ...])`` for each part of the table of contents holding chapters."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    parts = []
+    for part in toc.get("parts", []):
+        stems = [c["file"] for c in part.get("chapters", []) if c.get("file", "").startswith(("book/", "notebooks/"))]
+        if stems:
+            parts.append((part.get("caption", ""), stems))
+    return parts
+
+
 def toc_stems(root: Path = ROOT) -> list[str]:
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     stems = []
@@ -138,6 +159,9 @@ def catalogue(ledger_rows: list[dict] | None = None, root: Path = ROOT) -> list[
     texts = {s: (root / f"{s}.md").read_text() for s in stems}
     includes = {s: chapter_includes(texts[s], str(Path(s).parent)) for s in stems}
     entries = {s: Entry(s, *chapter_paper(texts[s])) for s in stems}
+    by_label = {"ch-" + Path(s).name.replace("_", "-"): s for s in stems}
+    for s, entry in entries.items():
+        entry.builds_on = [by_label[label] for label in prerequisites(texts[s]) if label in by_label]
     for part in registered_parts():
         exact = [s for s in stems if (part.file, part.obj) in includes[s]]
         owner = exact[0] if exact else None

@@ -16,6 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # as `make`: no widget state in executed chapters
 if "RLCOURSE_TEST_KEEP_CACHE" not in os.environ:
     os.environ["RLCOURSE_CACHE"] = tempfile.mkdtemp(prefix="rlcourse-test-cache-")
 

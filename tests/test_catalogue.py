@@ -32,3 +32,13 @@ def test_the_index_lists_every_chapter_with_its_parts():
     gipo = next(e for e in entries if e.stem == "book/gipo")
     assert gipo.verdicts == {"holds": 1} and any(p.name == "gipo" for p in gipo.parts)
     assert "test_gipo.py" in gipo.tests
+
+
+def test_prerequisites_come_from_the_builds_on_box_and_come_earlier_in_the_book():
+    text = ":::{admonition} Builds on\n:class: seealso\n{ref}`ch-ppo` (clip), {ref}`the critic <ch-advantages>`.\n:::\n{ref}`ch-gipo`"
+    assert C.prerequisites(text) == ["ch-ppo", "ch-advantages"]
+    entries = C.catalogue()
+    order = {e.stem: i for i, e in enumerate(entries)}
+    later = [(e.stem, p) for e in entries for p in e.builds_on if order[p] >= order[e.stem]]
+    assert not later, f"a chapter builds on one that comes after it: {later}"
+    assert sum(bool(e.builds_on) for e in entries) >= len(entries) - 1  # every chapter but the first
