@@ -12,9 +12,16 @@ What is asserted follows from the claims, not from a run's numbers:
 - every verdict is computed over its replicates with the interval matching its word (a "holds" of a
   less-claim has an interval below 0, and so on), and the RL verdicts use P.seeds paired seeds.
 
-No book run of this file or of the chapter has been made yet: the book-profile base model (1,500 SFT
-steps on repexp_divisor) was still being built when the chapter was first committed, on a machine
-under a load of 20 to 30; the smoke profile executes the chapter (308 s under that load).
+Book run (2 Dec 2026, this machine at load ~1-3): the chapter executed in the book profile in 143 s,
+building its base model; this file ran in 182 s and test_inference_claims FAILED on its first assert:
+the planted control did not hold (+2.22 verifier calls against the random order, [0.29, 4.24] over 48
+prompts), so the test-time testbed cannot show the effect and its other verdicts (all prompts -0.51
+[-1.53, 0.42], odd n -1.69 [-3.97, 0.35], pass@4 of the selected -0.036 [-0.152, 0.075]) are
+inconclusive for want of a working testbed, as the chapter now says from the run. A likely cause: the
+planted features spread the first samples over the modes, which costs calls on the even n where the
+likeliest mode is already right. The assert stays: the control needs redesigning (fixed before the
+next run), not this threshold. RL (3 seeds): pass@1 within 0.05 holds, pass@32 does not hold (+0, every
+arm at 1.0), distinct correct modes and the RL planted control inconclusive.
 """
 import numpy as np
 import pytest
