@@ -172,31 +172,41 @@ def load_base_model(task: Task | str, strength: float | str = "medium", seed: in
     target = _resolve_strength(strength)
     task, prof = get_task(task), prof or current_profile()
     path = base_model_path(task, target, seed, prof)
-    if (path / "model.safetensors").exists():
-        hf_logging.disable_progress_bar()  # loading 0.6M parameters needs no progress bar
-        try:
-            tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-            model = LlamaForCausalLM.from_pretrained(path)
-        finally:
-            hf_logging.enable_progress_bar()
-        return model.eval(), tokenizer
-    tokenizer = build_tokenizer()
-    model = build_model(tokenizer, prof, seed=seed)
-    result = pretrain(model, tokenizer, task, max_steps=prof.pretrain_max_steps, batch_size=prof.pretrain_batch,
-                      lr=prof.pretrain_lr, target_accuracy=target, eval_every=prof.eval_every,
-                      eval_prompts=prof.eval_prompts, seed=seed, progress=progress)
-    model.config.rlcourse_pretrain = {"task": task.name, "target_accuracy": target, "steps": result.steps,
-                                      "accuracy": result.accuracy, "seconds": result.seconds,
-                                      "history": result.history, "profile": prof.name, "seed": seed}
-    tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
+
+    def build():
+        tokenizer = build_tokenizer()
+        model = build_model(tokenizer, prof, seed=seed)
+        result = pretrain(model, tokenizer, task, max_steps=prof.pretrain_max_steps, batch_size=prof.pretrain_batch,
+                          lr=prof.pretrain_lr, target_accuracy=target, eval_every=prof.eval_every,
+                          eval_prompts=prof.eval_prompts, seed=seed, progress=progress)
+        model.config.rlcourse_pretrain = {"task": task.name, "target_accuracy": target, "steps": result.steps,
+                                          "accuracy": result.accuracy, "seconds": result.seconds,
+                                          "history": result.history, "profile": prof.name, "seed": seed}
+        return model, tokenizer
+
+    return cached_model(path, build)
+
+
+def cached_model(path: Path, build) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
+    """The model and tokenizer saved at ``path``; if there are none, ``build()``'s, saved there first.
+
+    The save is atomic: written to a temporary folder and renamed, so a reader never sees half a model;
+    if another process finished first, its copy is kept. Chapters that build a base model of their own
+    (a task mixture, a planted error mode) cache it with this under :func:`rlcourse.cache_dir`, with a
+    hash of their recipe in ``path``. Loading and saving show no progress bar (0.6M parameters).
+    """
     hf_logging.disable_progress_bar()
     try:
+        if (path / "model.safetensors").exists():
+            return LlamaForCausalLM.from_pretrained(path).eval(), PreTrainedTokenizerFast.from_pretrained(path)
+        model, tokenizer = build()
+        tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
         model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(path)
+        except OSError:  # another process finished first; keep its copy
+            shutil.rmtree(tmp, ignore_errors=True)
+        return model.eval(), tokenizer
     finally:
         hf_logging.enable_progress_bar()
-    tokenizer.save_pretrained(tmp)
-    try:
-        tmp.rename(path)  # atomic: a reader never sees half a model
-    except OSError:  # another process finished first; keep its copy
-        shutil.rmtree(tmp, ignore_errors=True)
-    return model.eval(), tokenizer

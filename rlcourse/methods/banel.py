@@ -27,7 +27,6 @@ import hashlib
 import json
 import math
 import re
-import shutil
 import time
 from dataclasses import replace
 
@@ -37,7 +36,7 @@ import torch
 from ..lm.model import build_model, response_logprobs
 from ..lm.sampling import RolloutBatch, cat_batches, sample
 from ..lm.tokenizer import build_tokenizer
-from ..lm.zoo import sft_loss
+from ..lm.zoo import cached_model, sft_loss
 from ..profiles import Profile, cache_dir, profile as current_profile
 from ..rewards import register_reward
 from ..rollout import register_sampler
@@ -239,21 +238,9 @@ def _small(prof: Profile) -> Profile:
 
 def _cached(name: str, recipe: dict, build):
     """Load the model cached under ``recipe``'s hash, or ``build()`` it and cache it (atomically)."""
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
-
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     path = cache_dir() / "banel" / f"{name}-{digest}"
-    if (path / "model.safetensors").exists():
-        return LlamaForCausalLM.from_pretrained(path).eval(), PreTrainedTokenizerFast.from_pretrained(path)
-    model, tok = build()
-    tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    try:
-        tmp.rename(path)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return model.eval(), tok
+    return cached_model(path, build)
 
 
 def _target_examples() -> list[Example]:

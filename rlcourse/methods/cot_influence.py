@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import shutil
 import time
 from dataclasses import replace
 from types import SimpleNamespace
@@ -304,8 +303,7 @@ def _sizes(prof: Profile) -> dict:
 def load_mixed_base(prof: Profile | None = None, seed: int = 0, progress: bool = False):
     """The base model: the tiny LM SFT'd on ``cot_sum`` demonstrations, half faithful, half filler.
     Deterministic for ``seed``; cached under :func:`rlcourse.cache_dir` (``cot_influence/``)."""
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
-
+    from ..lm.zoo import cached_model
     from ..train import sft
 
     prof = prof or current_profile()
@@ -313,21 +311,16 @@ def load_mixed_base(prof: Profile | None = None, seed: int = 0, progress: bool =
     recipe = {"v": 1, "lm": S["lm"].as_dict(), "steps": S["pretrain_steps"], "seed": seed, "filler": 0.5}
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     path = cache_dir() / "cot_influence" / f"base-{prof.name}-seed{seed}-{digest}"
-    if (path / "model.safetensors").exists():
-        return LlamaForCausalLM.from_pretrained(path).eval(), PreTrainedTokenizerFast.from_pretrained(path)
-    tok = build_tokenizer()
-    model = build_model(tok, S["lm"], seed=seed)
-    pool = CotSum().examples(20000, seed=seed, split="train")
-    with one_torch_thread():
-        sft(model, tok, pool, steps=S["pretrain_steps"], batch_size=64, lr=1e-3, seed=seed, progress=progress)
-    tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    try:
-        tmp.rename(path)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return model.eval(), tok
+
+    def build():
+        tok = build_tokenizer()
+        model = build_model(tok, S["lm"], seed=seed)
+        pool = CotSum().examples(20000, seed=seed, split="train")
+        with one_torch_thread():
+            sft(model, tok, pool, steps=S["pretrain_steps"], batch_size=64, lr=1e-3, seed=seed, progress=progress)
+        return model, tok
+
+    return cached_model(path, build)
 
 
 @torch.no_grad()

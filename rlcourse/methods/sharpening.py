@@ -31,7 +31,6 @@ import hashlib
 import itertools
 import json
 import math
-import shutil
 import time
 
 import numpy as np
@@ -426,31 +425,25 @@ def base_model(P: Profile | None = None, progress: bool = False):
     """The tiny Llama of the profile pre-trained on ``addition_dropcarry`` for a fixed number of SFT steps
     (no accuracy target: the demonstrations cap the greedy accuracy), cached under
     :func:`rlcourse.cache_dir`."""
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
     from ..lm.model import build_model
     from ..lm.tokenizer import build_tokenizer
-    from ..lm.zoo import pretrain
+    from ..lm.zoo import cached_model, pretrain
 
     P = P or current_profile()
     steps = P.pick(smoke=40, book=800)
     recipe = {"version": 1, "task": "addition_dropcarry", "p_drop": 0.5, "steps": steps, "profile": P.as_dict()}
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
     path = cache_dir() / "sharpening" / f"dropcarry-{P.name}-{digest}"
-    if (path / "model.safetensors").exists():
-        return LlamaForCausalLM.from_pretrained(path).eval(), PreTrainedTokenizerFast.from_pretrained(path)
-    tok = build_tokenizer()
-    model = build_model(tok, P, seed=0)
-    res = pretrain(model, tok, DropCarryAddition(), max_steps=steps, batch_size=P.pretrain_batch, lr=P.pretrain_lr,
-                   eval_every=steps, eval_prompts=64, seed=0, progress=progress)
-    model.config.rlcourse_pretrain = {"steps": res.steps, "accuracy": res.accuracy, "seconds": res.seconds}
-    tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    try:
-        tmp.rename(path)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return model.eval(), tok
+
+    def build():
+        tok = build_tokenizer()
+        model = build_model(tok, P, seed=0)
+        res = pretrain(model, tok, DropCarryAddition(), max_steps=steps, batch_size=P.pretrain_batch,
+                       lr=P.pretrain_lr, eval_every=steps, eval_prompts=64, seed=0, progress=progress)
+        model.config.rlcourse_pretrain = {"steps": res.steps, "accuracy": res.accuracy, "seconds": res.seconds}
+        return model, tok
+
+    return cached_model(path, build)
 
 
 def seed_disagreement(modes: np.ndarray) -> np.ndarray:
