@@ -8,15 +8,17 @@ summaries; the formulas here are the book's teaching material, not the survey's.
 
 Parts registered here:
 
-=================  ==============  =========================================================
-``"pass_filter"``  prompt sampler  uniform over prompts whose last group pass rate lay strictly
-                                   inside ``(lo, hi)`` (or was never measured, or is older than
-                                   ``passes`` passes over the pool); reads ``state["prompt_feedback"]``, which
-                                   the ``"heapa_feedback"`` sampler writes
-``"synth_easier"``  prompt sampler  the same filter over a pool that grows: a prompt whose whole
-                                   group failed spawns ``task.easier(example, rng)`` (one level down)
-``"scarcity_addition"``  task      HeaPA's 1- to 4-digit addition with :meth:`easier`
-=================  ==============  =========================================================
+=========================  ==============  =================================================
+``"pass_filter"``          prompt sampler  uniform over prompts whose last group pass rate
+                                           lay strictly inside ``(lo, hi)`` (or was never
+                                           measured, or is older than ``passes`` passes over
+                                           the pool); reads ``state["prompt_feedback"]``,
+                                           which the ``"heapa_feedback"`` sampler writes
+``"synth_easier"``         prompt sampler  the same filter over a growing pool: a prompt whose
+                                           whole group failed spawns ``task.easier(example,
+                                           rng)`` (one level down)
+``"scarcity_addition"``    task            HeaPA's 1- to 4-digit addition with ``easier``
+=========================  ==============  =================================================
 
 The exact toy (:func:`toy_run`) uses the same pure choosers (:func:`eligible`, :func:`filtered_draw`)
 as the prompt samplers, on HeaPA's curriculum of Bernoulli-logit prompts.
