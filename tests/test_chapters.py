@@ -62,6 +62,16 @@ def glued_figures_without_image(nb) -> list[str]:
     return missing
 
 
+def glued_numpy_scalars(nb) -> list[str]:
+    """Names of glued outputs whose value is a NumPy scalar: its repr is ``np.float64(0.3)``, which
+    myst-nb cannot format with a spec such as ``{glue:text}`name:.2f``` (a warning, so the -W build of
+    the book fails). Glue ``float(x)`` or ``int(x)`` instead."""
+    return [out["metadata"]["scrapbook"]["name"]
+            for cell in nb.cells for out in cell.get("outputs", [])
+            if out.get("metadata", {}).get("scrapbook", {}).get("name")
+            and any(k.endswith("text/plain") and str(v).startswith("np.") for k, v in out.get("data", {}).items())]
+
+
 @pytest.mark.chapters
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_chapter_executes_in_smoke_profile(stem, monkeypatch, tmp_path):
@@ -79,6 +89,8 @@ def test_chapter_executes_in_smoke_profile(stem, monkeypatch, tmp_path):
     assert elapsed < CHAPTER_TIME_LIMIT_S, f"{stem} took {elapsed:.0f} s in the smoke profile"
     missing = glued_figures_without_image(nb)
     assert not missing, f"{stem}: glued figures without an image: {missing}"
+    numpy_scalars = glued_numpy_scalars(nb)
+    assert not numpy_scalars, f"{stem}: glued NumPy scalars (glue float(x) or int(x)): {numpy_scalars}"
     # the executed notebook is kept for the HTML build of tests/test_web_book.py (no second execution)
     saved = Path(os.environ["RLCOURSE_EXECUTED_DIR"]) / f"{stem}.ipynb"
     saved.parent.mkdir(parents=True, exist_ok=True)

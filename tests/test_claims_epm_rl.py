@@ -5,7 +5,16 @@ label reward alone lifts a weak LoRA adapter's balanced accuracy by more than 0.
 lies in [0, 1], and every verdict follows the decision rule. The paper's claim (RL over PEFT-only at each
 noise level) and the judge ablation can come out either way; their verdicts are evaluated, not asserted.
 
-Book run: not yet recorded in this file (see the chapter's book run in the session report).
+Book run of run_experiment (3 seeds; 2 Dec 2026, 20:17-20:20 UTC, load ~4-5 on 2 cores shared with
+other jobs): 161 s wall, of which 23 s to build the clean base model (then cached). Balanced accuracy,
+noise 0.2: SFT-LoRA 0.652, SFT-LoRA+RL 0.680, +0.028 [-0.022, 0.058], inconclusive; noise 0.7: SFT-LoRA
+0.680, SFT-LoRA+RL 0.666, -0.014 [-0.029, 0.006], does not hold. No judge vs full reward at 0.7: accuracy
++0.008 [-0.008, 0.029], equivalence holds; faithfulness 0.589 vs 0.615, -0.026 [-0.059, 0.008],
+inconclusive. Positive control (label-only RL from a weak adapter): 0.548 vs 0.576, -0.028 [-0.100, 0.054],
+inconclusive, so in that run the control did NOT hold and test_control_and_rates fails on purpose: the
+negative verdicts are no evidence against the paper until the RL stage is shown able to lift a weak model
+(likely suspects, untested: RL learning rate 1e-3 on the adapter, 30 steps of 8 prompts). Sign-flip
+p >= 0.5 throughout (3 seeds).
 """
 import pytest
 

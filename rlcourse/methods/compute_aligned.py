@@ -7,22 +7,22 @@ the distribution of what it returns. Training for ``E_{y ~ T_N[pi]} r(y)`` inste
 ``E_{y ~ pi} r(y)`` changes the per-prompt and per-sample weights of the policy gradient. The loss
 forms here are a reconstruction consistent with the abstract (no code is public).
 
-======================================  ==========================================================
-:func:`passk_objective`, :func:`passk_weight`  ``1-(1-p)^k`` and its derivative ``k(1-p)^(k-1)``
-:func:`grpo_weight`                     GRPO's implicit per-prompt weight ``1/sqrt(p(1-p))``
-:func:`bon_operator`                    the best-of-N output distribution (ties allowed)
-:func:`compositions`                    every count vector of ``N`` votes over ``K`` answers
-:func:`majority_operator`               the distribution of the plurality answer (uniform ties)
-:func:`maj_objective`, :func:`maj_partials`  maj@N and its partials ``N E f(N' + e_a)``
-:func:`bon_marginals`                   unbiased per-sample weights of best-of-k (closed form)
-:func:`majority_marginals`              the same for majority vote (enumerated subsets)
-estimators ``best_of_n``, ``maj_at_k``  registered; combine with every sampler, reward and loss
-:func:`run_bandit_experiment`           the exact contextual bandit (standard, GRPO, aligned)
-:func:`run_lm_experiment`               the tiny LM on addition: RLOO vs pass@k- and maj@k-aligned
-======================================  ==========================================================
+============================================= ==========================================================
+:func:`passk_objective`, :func:`passk_weight` ``1-(1-p)^k`` and its derivative ``k(1-p)^(k-1)``
+:func:`grpo_weight`                           GRPO's implicit per-prompt weight ``1/sqrt(p(1-p))``
+:func:`bon_operator`                          the best-of-N output distribution (ties allowed)
+:func:`compositions`                          every count vector of ``N`` votes over ``K`` answers
+:func:`majority_operator`                     the distribution of the plurality answer (uniform ties)
+:func:`maj_objective`, :func:`maj_partials`   maj@N and its partials ``N E f(N' + e_a)``
+:func:`bon_marginals`                         unbiased per-sample weights of best-of-k (closed form)
+:func:`majority_marginals`                    the same for majority vote (enumerated subsets)
+estimators ``best_of_n``, ``maj_at_k``        registered; combine with every sampler, reward and loss
+:func:`run_bandit_experiment`                 the exact contextual bandit (standard, GRPO, aligned)
+:func:`run_lm_experiment`                     the tiny LM on addition: RLOO vs pass@k- and maj@k-aligned
+============================================= ==========================================================
 
-The pass@k weights of PKPO (Walder and Karkhanis, 2025) are :func:`rlcourse.methods.poly_epo.
-pkpo_effective_rewards`, and set RL with ``f = max`` is the estimator ``set_max`` of the Poly-EPO
+The pass@k weights of PKPO (Walder and Karkhanis, 2025) are
+:func:`rlcourse.methods.poly_epo.pkpo_effective_rewards`, and set RL with ``f = max`` is the estimator ``set_max`` of the Poly-EPO
 chapter; ``best_of_n`` is their closed form for real-valued rewards and any selector.
 """
 from __future__ import annotations
@@ -77,11 +77,11 @@ def bon_operator(probs, scores, N: int) -> np.ndarray:
     and the highest-scoring one is kept (ties between outcomes of equal score: each in proportion to
     its probability), ``T_N[pi](y) = pi(y) (F(s)^N - F^-(s)^N) / (F(s) - F^-(s))``.
 
-    ====== ====== ======================================================
-    probs  ``(M,)`` the policy on a finite support (sums to 1)
-    scores ``(M,)`` the scorer's value of each outcome (ties allowed)
-    returns ``(M,)`` ``T_N[pi]``, a distribution
-    ====== ====== ======================================================
+    ======= ======== ======================================================
+    probs   ``(M,)`` the policy on a finite support (sums to 1)
+    scores  ``(M,)`` the scorer's value of each outcome (ties allowed)
+    returns          ``(M,)`` ``T_N[pi]``, a distribution
+    ======= ======== ======================================================
     """
     probs, scores = np.asarray(probs, float), np.asarray(scores, float)
     if probs.shape != scores.shape or probs.ndim != 1:
@@ -330,7 +330,7 @@ def compute_best_of_n_advantage(token_level_rewards, response_mask, index, batch
     response_mask       ``(B,T)`` 1 up to and including EOS
     index               ``(B,)``  group id; each group holds one prompt's N samples
     batch                         the rollout (its ``logprobs`` for ``selector="confidence"``)
-    returns             ``(adv, ret)``, both ``(B,T)``
+    returns                       ``(adv, ret)``, both ``(B,T)``
     =================== ========= ===============================================
 
     ``subset_size`` k defaults to ``N // 2``; k = 1 gives RLOO exactly. ``selector``: ``"reward"`` (an
@@ -375,7 +375,7 @@ def compute_maj_at_k_advantage(token_level_rewards, response_mask, index, batch,
     response_mask       ``(B,T)`` 1 up to and including EOS
     index               ``(B,)``  group id; each group holds one prompt's N samples
     batch                         the rollout (its ``texts``)
-    returns             ``(adv, ret)``, both ``(B,T)``
+    returns                       ``(adv, ret)``, both ``(B,T)``
     =================== ========= ===============================================
 
     ``subset_size`` k defaults to ``N // 2``; ``baseline`` ``"loo"`` (unbiased) or ``"all"``
@@ -529,7 +529,7 @@ def bandit_claims(cfg: BanditConfig) -> dict[str, Claim]:
         "tradeoff": Claim(key="compute_aligned/bandit-pass1-tradeoff",
                           statement="(our expectation, not the abstract's) training for pass@k gives up some "
                                     "pass@1: the standard objective ends higher at k = 1",
-                          source="the course brief; the abstract does not discuss k = 1",
+                          source="ours; the abstract does not discuss k = 1",
                           metric="exact pass@1, mean over prompts", method="standard", baseline=f"pass@{k}-aligned",
                           kind="greater", **common),
         "control": Claim(key="compute_aligned/bandit-control",

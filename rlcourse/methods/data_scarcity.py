@@ -583,11 +583,11 @@ def toy_claims(budget: int, target: float) -> dict:
     words = {"pass_filter": "filtering to 0 < p_hat < 1", "synth_easier": "the filter plus easier variants of failed prompts",
              "heapa": "HeaPA's growing heap pool", "replay": "replaying past groups (freshness-aware PER)"}
     for arm, w in words.items():
-        out[arm] = Claim(key=f"data_scarcity/toy-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
+        out[arm] = Claim(key=f"data_scarcity/toy-arm-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
                          "uniform prompt sampling", method=arm, baseline="uniform", **common)
     out["synth_vs_filter"] = Claim(key="data_scarcity/toy-synth-beyond-filter", statement="adding easier variants of "
-                                   "prompts the filter drops needs fewer rollouts than the filter alone (brief: "
-                                   "synthesis helps when the hard set is too hard)", method="synth_easier",
+                                   "prompts the filter drops needs fewer rollouts than the filter alone (our reading: "
+                                   "synthesis should help when the hard set is too hard)", method="synth_easier",
                                    baseline="pass_filter", **common)
     return out
 
@@ -694,7 +694,7 @@ def lm_claims(budget: int, gain: float) -> dict:
     words = {"pass_filter": "filtering to 0 < p_hat < 1", "synth_easier": "the filter plus easier variants of failed prompts",
              "heapa": "HeaPA's growing heap pool", "replay": "replaying past groups (freshness-aware PER)"}
     for arm, w in words.items():
-        out[arm] = Claim(key=f"data_scarcity/lm-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
+        out[arm] = Claim(key=f"data_scarcity/lm-arm-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
                          "uniform prompt sampling", method=arm, baseline="uniform", kind="less", margin=0.0,
                          metric=metric, unit="{:.0f}", **common)
     return out

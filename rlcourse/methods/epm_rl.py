@@ -7,20 +7,20 @@ The reward weights, the RL algorithm and the judge are the course's reconstructi
 
 Parts registered here:
 
-================  ==========  =====================================================================
-name              kind        what it is
-================  ==========  =====================================================================
-``epm_pairs``     task        ``A:kio m4 SALE;B:2pk kio m4=`` -> ``kio/kio 4/4>Y``: the two brands,
-                              the two model ids, then the label ``Y``/``N``;
-                              promotional noise words and swapped field order with probability
-                              ``noise`` (``epm_pairs`` is noise 0.5; :class:`ProductPairs` any)
-``epm_format``    reward      1 if the completion parses (:func:`parse_rationale`), else 0
-``epm_label``     reward      1 if the label is right (a malformed completion scores 0)
-``epm_judge``     reward      the rule judge: share of the two cited field pairs that are the true
-                              ones, times 1 if the label follows from them (0 if malformed)
-``epm_composite`` reward      ``gate * (w_format fmt + w_label label + w_judge judge)``, weights by
-                              ``reward_kwargs``; ``gate`` = format when ``format_gate``
-================  ==========  =====================================================================
+==================  ==========  =====================================================================
+name                kind        what it is
+==================  ==========  =====================================================================
+``epm_pairs``       task        ``A:kio m4 SALE;B:2pk kio m4=`` -> ``kio/kio 4/4>Y``: the two brands,
+                                the two model ids, then the label ``Y``/``N``;
+                                promotional noise words and swapped field order with probability
+                                ``noise`` (``epm_pairs`` is noise 0.5; :class:`ProductPairs` any)
+``epm_format``      reward      1 if the completion parses (:func:`parse_rationale`), else 0
+``epm_label``       reward      1 if the label is right (a malformed completion scores 0)
+``epm_judge``       reward      the rule judge: share of the two cited field pairs that are the true
+                                ones, times 1 if the label follows from them (0 if malformed)
+``epm_composite``   reward      ``gate * (w_format fmt + w_label label + w_judge judge)``, weights by
+                                ``reward_kwargs``; ``gate`` = format when ``format_gate``
+==================  ==========  =====================================================================
 """
 from __future__ import annotations
 
@@ -422,12 +422,12 @@ def claims(prof: Profile | None = None) -> dict[str, Claim]:
             kind="greater", margin=0.02, **c)
     hi = max(S["noises"])
     out["ablation_accuracy"] = Claim(
-        key="epm_rl/no-judge-keeps-accuracy", statement="[course brief] dropping the judge term keeps accuracy",
+        key="epm_rl/no-judge-keeps-accuracy", statement="[ours] dropping the judge term keeps accuracy",
         metric=f"greedy balanced accuracy, noise {hi:g}", method="SFT-LoRA+RL (no judge)", baseline="SFT-LoRA+RL",
         kind="equivalent", margin=0.03, **c)
     out["ablation_faithful"] = Claim(
         key="epm_rl/no-judge-loses-faithfulness",
-        statement="[course brief] dropping the judge term lowers rationale faithfulness",
+        statement="[ours] dropping the judge term lowers rationale faithfulness",
         metric=f"share of faithful rationales (judge = 1), noise {hi:g}", method="SFT-LoRA+RL (no judge)",
         baseline="SFT-LoRA+RL", kind="less", margin=0.01, **c)
     out["control"] = Claim(
