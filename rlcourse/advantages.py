@@ -7,16 +7,16 @@ its advantage is broadcast over the row's response tokens. Register a new estima
 :func:`register_estimator`; the trainer finds it by name and passes only the options its signature
 asks for (for example ``values`` for a critic, ``state`` for an estimator that keeps history).
 
-==================== ============================================== =====================
-name                 advantage of row i in group g                  needs
-==================== ============================================== =====================
-``reinforce``        :math:`r_i`                                     -
-``reinforce_baseline`` :math:`r_i - \\bar r_{\\text{batch}}`          -
-``rloo``             :math:`r_i - \\frac{1}{G-1}\\sum_{j\\ne i} r_j`  G >= 2
-``grpo``             :math:`(r_i - \\bar r_g) / (\\mathrm{std}_g + \\epsilon)` G >= 2
-``dr_grpo``          :math:`r_i - \\bar r_g`                         G >= 2
-``gae``              GAE(:math:`\\gamma, \\lambda`) with a critic     values
-==================== ============================================== =====================
+====================== ====================================================== =====================
+name                   advantage of row i in group g                          needs
+====================== ====================================================== =====================
+``reinforce``          :math:`r_i`                                            -
+``reinforce_baseline`` :math:`r_i - \\bar r_{\\text{batch}}`                    -
+``rloo``               :math:`r_i - \\frac{1}{G-1}\\sum_{j\\ne i} r_j`  G        >= 2
+``grpo``               :math:`(r_i - \\bar r_g) / (\\mathrm{std}_g + \\epsilon)` G >= 2
+``dr_grpo``            :math:`r_i - \\bar r_g`                                 G >= 2
+``gae``                GAE(:math:`\\gamma, \\lambda`) with a critic             values
+====================== ====================================================== =====================
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def compute_reinforce_advantage(token_level_rewards, response_mask, index=None):
     =================== ========= ======================================
     token_level_rewards ``(B,T)`` reward on the last valid token
     response_mask       ``(B,T)`` 1 up to and including EOS
-    returns             ``(adv, ret)``, both ``(B,T)``; here equal
+    returns                       ``(adv, ret)``, both ``(B,T)``; here equal
     =================== ========= ======================================
     """
     scores = outcome_scores(token_level_rewards, response_mask)
@@ -93,7 +93,7 @@ def compute_rloo_outcome_advantage(token_level_rewards, response_mask, index):
     token_level_rewards ``(B,T)`` reward on the last valid token
     response_mask       ``(B,T)`` 1 up to and including EOS
     index               ``(B,)``  group (prompt) id of each row; G >= 2
-    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward
+    returns                       ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward
     =================== ========= ======================================
     """
     scores = outcome_scores(token_level_rewards, response_mask)
@@ -113,7 +113,7 @@ def compute_grpo_outcome_advantage(token_level_rewards, response_mask, index, ep
     token_level_rewards ``(B,T)`` reward on the last valid token
     response_mask       ``(B,T)`` 1 up to and including EOS
     index               ``(B,)``  group (prompt) id of each row; G >= 2
-    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward
+    returns                       ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward
     =================== ========= ======================================
     """
     scores = outcome_scores(token_level_rewards, response_mask)
@@ -143,7 +143,7 @@ def compute_gae_advantage_return(token_level_rewards, values, response_mask, gam
                                   optionally per-token KL penalties)
     values              ``(B,T)`` critic's V(s_t), s_t = prompt + y_<t
     response_mask       ``(B,T)`` 1 on tokens the policy generated
-    returns             ``(adv, ret)``, both ``(B,T)``, zero where masked
+    returns                       ``(adv, ret)``, both ``(B,T)``, zero where masked
     =================== ========= ==========================================
     """
     check_same_shape(token_level_rewards=token_level_rewards, values=values, response_mask=response_mask)

@@ -126,7 +126,7 @@ def estimator_moments(theta: torch.Tensor, means: torch.Tensor, baseline: float 
     means        ``(K,)`` mean reward of each arm
     baseline     float    constant b (does not depend on the sampled arm)
     reward_noise str      ``"bernoulli"`` (r in {0,1}) or ``"none"`` (r = mean)
-    returns      (``(K,)`` mean, float total variance)
+    returns               (``(K,)`` mean, float total variance)
     ============ ======== ===================================================
     """
     theta = _logits(theta)
@@ -148,7 +148,7 @@ def sample_bandit(theta: torch.Tensor, means: torch.Tensor, n: int, generator: t
     theta     ``(K,)`` logits
     means     ``(K,)`` mean reward of each arm
     n         int      number of samples
-    returns   (``(n,)`` long arms, ``(n,)`` float64 rewards)
+    returns            (``(n,)`` long arms, ``(n,)`` float64 rewards)
     ========= ======== ==================================
     """
     theta = _logits(theta)
@@ -170,11 +170,11 @@ def batch_baselines(rewards: torch.Tensor, kind: str) -> torch.Tensor:
     ``batch_mean`` includes the sample's own reward (as the ``reinforce_baseline`` estimator does);
     ``loo`` (leave-one-out, RLOO) averages the *other* samples, so it does not depend on the sample.
 
-    ======= ========= =============================================
+    ======= =========== =============================================
     rewards ``(...,N)`` rewards of one batch (last dim); N >= 2 for loo
-    kind    str        ``none``, ``batch_mean`` or ``loo``
-    returns ``(...,N)`` baseline of each sample
-    ======= ========= =============================================
+    kind    str         ``none``, ``batch_mean`` or ``loo``
+    returns             ``(...,N)`` baseline of each sample
+    ======= =========== =============================================
     """
     N = rewards.shape[-1]
     if kind == "none":
@@ -193,13 +193,13 @@ def reinforce_estimates(theta: torch.Tensor, actions: torch.Tensor, rewards: tor
     """Per-sample REINFORCE estimates :math:`g_i = (r_i - b_i)(e_{a_i} - \\pi)`; their mean over
     the batch is the batch estimate of :math:`\\nabla_\\theta J`.
 
-    ========= ============ ===========================================
-    theta     ``(K,)``     logits
-    actions   ``(N,)``     sampled arms
-    rewards   ``(N,)``     their rewards
+    ========= ============== ===========================================
+    theta     ``(K,)``       logits
+    actions   ``(N,)``       sampled arms
+    rewards   ``(N,)``       their rewards
     baseline  float/``(N,)`` constant or per-sample baseline
-    returns   ``(N,K)``    one gradient estimate per sample
-    ========= ============ ===========================================
+    returns   ``(N,K)``      one gradient estimate per sample
+    ========= ============== ===========================================
     """
     theta = _logits(theta)
     if actions.ndim != 1 or rewards.shape != actions.shape:
@@ -225,8 +225,8 @@ def markov_token_scores(theta: torch.Tensor, seqs: torch.Tensor) -> tuple[torch.
     ======= =============== ==========================================================
     theta   ``(L,V,V)``     logits: position, previous token, next token
     seqs    ``(S,L)``       token sequences
-    returns (``(S,L)`` log pi(y_t | y_{t-1}),
-             ``(S,L,D)`` gradient of each token's log-prob wrt theta, D = L*V*V)
+    returns                 (``(S,L)`` log pi(y_t | y_{t-1}),
+                            ``(S,L,D)`` gradient of each token's log-prob wrt theta, D = L*V*V)
     ======= =============== ==========================================================
     """
     if theta.ndim != 3 or theta.shape[1] != theta.shape[2]:
@@ -259,8 +259,8 @@ def sequence_estimator_moments(theta: torch.Tensor, token_rewards: torch.Tensor)
     theta          ``(L,V,V)`` logits of the tabular policy (:func:`markov_token_scores`)
     token_rewards  ``(S,L)``   r_t of every enumerated sequence (rows in the order of
                                :func:`enumerate_sequences`); r_t may depend on y_<=t only
-    returns        dict name -> (``(D,)`` mean, float total variance), plus ``"exact"``:
-                   the gradient of E[sum_t r_t] by autograd
+    returns                    dict name -> (``(D,)`` mean, float total variance), plus ``"exact"``:
+                               the gradient of E[sum_t r_t] by autograd
     ============== =========== ======================================================
     """
     L, V, _ = theta.shape
@@ -289,11 +289,11 @@ def sequence_estimator_moments(theta: torch.Tensor, token_rewards: torch.Tensor)
 def kl_categorical(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """:math:`\\mathrm{KL}(p\\,\\|\\,q) = \\sum_a p_a(\\log p_a - \\log q_a)` over the last dimension.
 
-    ======= ========== ==============================
+    ======= =========== ==============================
     logp    ``(...,K)`` normalised log-probs of p
     logq    ``(...,K)`` normalised log-probs of q
     returns ``(...)``   the KL divergence
-    ======= ========== ==============================
+    ======= =========== ==============================
     """
     if logp.shape != logq.shape:
         raise ValueError(f"shape mismatch: logp {tuple(logp.shape)}, logq {tuple(logq.shape)}")
@@ -307,8 +307,8 @@ def kl_estimator_moments(logp: torch.Tensor, logref: torch.Tensor) -> dict:
     ======= ======== =====================================
     logp    ``(K,)`` log pi (normalised)
     logref  ``(K,)`` log pi_ref (normalised)
-    returns dict kind -> (mean, variance), floats, for k1, k2, k3 and
-            ``k3_unclamped`` (k3 without the clamp at 10); plus ``"kl"``: the exact KL(pi || ref)
+    returns          dict kind -> (mean, variance), floats, for k1, k2, k3 and
+                     ``k3_unclamped`` (k3 without the clamp at 10); plus ``"kl"``: the exact KL(pi || ref)
     ======= ======== =====================================
     """
     logp, logref = _logits(logp, "logp"), _logits(logref, "logref")
@@ -418,12 +418,12 @@ def train_bandit(means: torch.Tensor, theta0: torch.Tensor, baseline: str, steps
     ======== ============== ========================================================
     means    ``(K,)``       mean reward of each arm
     theta0   ``(K,)``       initial logits (the same for every run)
-    returns  dict: ``J`` ``(R, steps+1)`` exact expected reward along each run;
-             ``var`` ``(R, steps)`` exact one-sample variance (trace of the covariance)
-             at each step's parameters with the constant baseline used (``none``: 0;
-             ``optimal``/``value``: the oracle; ``nan`` for the batch baselines);
-             ``est_var`` ``(R, steps)`` empirical trace variance of the per-sample estimates;
-             ``theta`` ``(R, K)`` final logits
+    returns                 dict: ``J`` ``(R, steps+1)`` exact expected reward along each run;
+                            ``var`` ``(R, steps)`` exact one-sample variance (trace of the covariance)
+                            at each step's parameters with the constant baseline used (``none``: 0;
+                            ``optimal``/``value``: the oracle; ``nan`` for the batch baselines);
+                            ``est_var`` ``(R, steps)`` empirical trace variance of the per-sample estimates;
+                            ``theta`` ``(R, K)`` final logits
     ======== ============== ========================================================
     """
     if baseline not in BASELINES:
@@ -479,8 +479,8 @@ def train_kl_bandit(means: torch.Tensor, logref: torch.Tensor, beta: float, plac
     ======== ======== ==========================================================
     means    ``(K,)`` mean reward of each arm
     logref   ``(K,)`` log pi_ref (also the initial logits)
-    returns  dict: ``J`` and ``KL`` ``(R, steps+1)`` exact reward and KL(pi || ref) along
-             each run; ``logp`` ``(R, K)`` final log-probs
+    returns           dict: ``J`` and ``KL`` ``(R, steps+1)`` exact reward and KL(pi || ref) along
+                      each run; ``logp`` ``(R, K)`` final log-probs
     ======== ======== ==========================================================
     """
     if placement not in KL_PLACEMENTS:

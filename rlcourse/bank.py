@@ -107,11 +107,11 @@ def cut_points(lengths: torch.Tensor, prefix_frac: Sequence[float], generator: t
     """How many of the writer's tokens each seeded row keeps: ``k = round(u L)`` clamped to
     ``[1, L]``, with ``u ~ U[lo, hi]`` and ``L`` the writer's response length (EOS included).
 
-    =========== ======= =====================================================
+    =========== ======== =====================================================
     lengths     ``(S,)`` the writer's response lengths (>= 1)
-    prefix_frac 2       ``(lo, hi)`` with ``0 < lo <= hi <= 1``
-    returns     ``(S,)`` long cut points; ``k == L`` means the writer wrote the whole row
-    =========== ======= =====================================================
+    prefix_frac 2        ``(lo, hi)`` with ``0 < lo <= hi <= 1``
+    returns              ``(S,)`` long cut points; ``k == L`` means the writer wrote the whole row
+    =========== ======== =====================================================
     """
     lo, hi = (float(x) for x in prefix_frac)
     if not 0.0 < lo <= hi <= 1.0:
@@ -176,13 +176,13 @@ def bank_mixed_batch(model, tokenizer, prompts: Sequence[str], config, generator
     response: sequence-level mixing. The other ``G - seeded`` rows are sampled by the current policy.
     Rows of a group are contiguous: on-policy rows first, seeded rows last.
 
-    ===================== ========= ================================================================
-    logprobs              ``(B,T)`` the behaviour log-prob of each token: the writer's (recorded when it
-                                    sampled) on ``from_bank`` tokens, the current policy's elsewhere
-    entropy               ``(B,T)`` the *current* policy's entropy at every token (also on prefixes)
-    extras["from_bank"]   ``(B,T)`` 1 on tokens the bank policy wrote
+    ====================== ========= ================================================================
+    logprobs               ``(B,T)`` the behaviour log-prob of each token: the writer's (recorded when it
+                                     sampled) on ``from_bank`` tokens, the current policy's elsewhere
+    entropy                ``(B,T)`` the *current* policy's entropy at every token (also on prefixes)
+    extras["from_bank"]    ``(B,T)`` 1 on tokens the bank policy wrote
     extras["bank_version"] ``(B,T)`` the writer's version on those tokens, 0 elsewhere
-    ===================== ========= ================================================================
+    ====================== ========= ================================================================
 
     ``batch.metrics`` (logged by the trainer with the step's metrics):
 

@@ -114,16 +114,16 @@ class Claim:
 class Verdict:
     """The outcome of :func:`evaluate`: the effect, its interval, the verdict and the raw values.
 
-    ===========  =====================================================================
-    claim        the :class:`Claim`
-    verdict      ``"holds"``, ``"does not hold"`` or ``"inconclusive"``
-    effect       mean over seeds of ``method - baseline`` (or ``method - reference``)
-    low, high    the ``1 - alpha`` paired bootstrap interval of the effect
-    p_value      exact two-sided sign-flip p-value of the paired differences (1.0 for 1 seed)
-    seeds        number of seeds (paired replicates)
+    ============== =====================================================================
+    claim          the :class:`Claim`
+    verdict        ``"holds"``, ``"does not hold"`` or ``"inconclusive"``
+    effect         mean over seeds of ``method - baseline`` (or ``method - reference``)
+    low, high      the ``1 - alpha`` paired bootstrap interval of the effect
+    p_value        exact two-sided sign-flip p-value of the paired differences (1.0 for 1 seed)
+    seeds          number of seeds (paired replicates)
     method_values, baseline_values   the per-seed measurements
-    seconds      wall-clock seconds of the experiment, when given
-    ===========  =====================================================================
+    seconds        wall-clock seconds of the experiment, when given
+    ============== =====================================================================
     """
 
     claim: Claim
@@ -201,10 +201,10 @@ def paired_bootstrap(diffs: Sequence[float], *, alpha: float = 0.05, n_boot: int
                      seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of paired differences (resampling seeds).
 
-    ======  =======  ==========================================
-    diffs   (n,)     per-seed differences method - baseline
-    return  2 floats the ``alpha/2`` and ``1 - alpha/2`` quantiles
-    ======  =======  ==========================================
+    ====== ======= ==========================================
+    diffs  (n,)    per-seed differences method - baseline
+    return         2 floats the ``alpha/2`` and ``1 - alpha/2`` quantiles
+    ====== ======= ==========================================
     """
     d = _as_values("diffs", diffs)
     if d.size == 1:

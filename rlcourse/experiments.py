@@ -280,7 +280,7 @@ def difficulty_weights(prof: Profile | None = None, n_prompts: int | None = None
 
     Each prompt gets ``n_groups`` groups of ``num_generations`` samples. Its success probability ``p``
     is estimated from all ``n_groups * G`` samples; its measured weight is the mean, over its groups
-    that are not constant, of |GRPO advantage| / |Dr. GRPO advantage| (= 1/std of the group).
+    that are not constant, of ``|GRPO advantage| / |Dr. GRPO advantage|`` (= 1/std of the group).
     Returns arrays ``p``, ``measured`` (NaN where every group was constant), ``exact``, ``asymptotic``.
     """
     import numpy as np

@@ -38,14 +38,14 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "k3
     """Per-token estimators of KL(pi || pi_ref) from samples of pi, with
     :math:`\\Delta = \\log\\pi(y_t) - \\log\\pi_{\\text{ref}}(y_t)`:
 
-    ======== =================================== ====================================
-    kind     value                               note
-    ======== =================================== ====================================
-    ``k1``   :math:`\\Delta`                      unbiased value; can be negative
-    ``k2``   :math:`\\tfrac12\\Delta^2`           biased value; its gradient is the KL's
+    ======== =========================================== ====================================
+    kind     value                                       note
+    ======== =========================================== ====================================
+    ``k1``   :math:`\\Delta`                              unbiased value; can be negative
+    ``k2``   :math:`\\tfrac12\\Delta^2`           biased   value; its gradient is the KL's
     ``k3``   :math:`e^{-\\Delta} + \\Delta - 1`   unbiased value, always >= 0 (clamped to 10)
-    ``k3+``  k3's value, k2's gradient           straight-through (verl)
-    ======== =================================== ====================================
+    ``k3+``  k3's value, k2's gradient                   straight-through (verl)
+    ======== =========================================== ====================================
 
     ============ ========= =====================================
     logprob      ``(B,T)`` log pi(y_t), with gradient
@@ -136,8 +136,8 @@ def compute_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adva
     log_prob       ``(B,T)`` log-probs of the current policy (gradient)
     advantages     ``(B,T)`` per-token advantages
     response_mask  ``(B,T)`` 1 on tokens that count
-    returns        ``(loss, metrics)``: scalar, dict of floats
-                   (pg_clipfrac, pg_clipfrac_lower, ppo_kl, ratio_mean)
+    returns                  ``(loss, metrics)``: scalar, dict of floats
+                             (pg_clipfrac, pg_clipfrac_lower, ppo_kl, ratio_mean)
     ============== ========= ===============================================
     """
     check_same_shape(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,
@@ -205,7 +205,7 @@ def compute_value_loss(vpreds: torch.Tensor, returns: torch.Tensor, old_values: 
     returns        ``(B,T)`` targets (no gradient)
     old_values     ``(B,T)`` critic values at sampling time
     response_mask  ``(B,T)`` 1 on tokens that count
-    returns        ``(loss, clipfrac)``
+    returns                  ``(loss, clipfrac)``
     ============== ========= =====================================
     """
     check_same_shape(vpreds=vpreds, returns=returns, old_values=old_values, response_mask=response_mask)
@@ -224,11 +224,11 @@ def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin:
     """Negative log-likelihood of the Bradley-Terry model,
     :math:`-\\log\\sigma(r_{chosen} - r_{rejected} - m)`, averaged over pairs.
 
-    ========== ====== ==============================
+    ========== ======== ==============================
     r_chosen   ``(N,)`` reward of the preferred answer
     r_rejected ``(N,)`` reward of the other answer
     margin     ``(N,)`` optional required margin
-    ========== ====== ==============================
+    ========== ======== ==============================
     """
     check_same_shape(r_chosen=r_chosen, r_rejected=r_rejected)
     diff = r_chosen - r_rejected

@@ -87,11 +87,11 @@ def true_rewards(completions: Sequence[str], examples: Sequence[Example]) -> np.
 def bt_preference_prob(r_a, r_b, beta: float = 1.0):
     """Bradley-Terry probability that ``a`` is preferred to ``b``: :math:`\\sigma(\\beta (r_a - r_b))`.
 
-    ====== ====== ==========================================
+    ====== ======== ==========================================
     r_a    ``(N,)`` reward of the first answer (array or float)
     r_b    ``(N,)`` reward of the second answer, same shape
     beta   scalar   inverse temperature (label noise: small beta, noisy labels)
-    ====== ====== ==========================================
+    ====== ======== ==========================================
     """
     r_a, r_b = np.asarray(r_a, dtype=float), np.asarray(r_b, dtype=float)
     if r_a.shape != r_b.shape:
@@ -114,8 +114,8 @@ def make_preference_pairs(prompts: Sequence[str], texts: Sequence[Sequence[str]]
     prompts  ``P``      prompt strings
     texts    ``P x G``  the ``G`` sampled completions of each prompt
     rewards  ``(P, G)`` their true rewards
-    returns  list of :class:`~rlcourse.train.PreferencePair` and ``(M,)`` bool: label agrees with
-             the true reward
+    returns             list of :class:`~rlcourse.train.PreferencePair` and ``(M,)`` bool: label agrees with
+                        the true reward
     ======== ========== ==========================================
     """
     rewards = np.asarray(rewards, dtype=float)
@@ -200,8 +200,8 @@ def best_of_n_curve(proxy: np.ndarray, true: np.ndarray, Ns: Sequence[int]) -> d
     ======= ========== ====================================================
     proxy   ``(P, n)`` proxy (reward-model) score of each sample
     true    ``(P, n)`` true reward of each sample
-    returns dict of ``(len(Ns),)`` arrays: ``proxy`` (proxy of the proxy-selected sample), ``true``
-            (its true reward), ``oracle`` (true reward of the true-selected sample)
+    returns            dict of ``(len(Ns),)`` arrays: ``proxy`` (proxy of the proxy-selected sample), ``true``
+                       (its true reward), ``oracle`` (true reward of the true-selected sample)
     ======= ========== ====================================================
     """
     proxy, true = np.asarray(proxy, dtype=float), np.asarray(true, dtype=float)

@@ -12,16 +12,16 @@ importance weights ``w_i = (N P(i))^(-beta) / max_j (N P(j))^(-beta)``, which li
 
 This module holds the pieces, each used by the chapter's tabular experiment and by the loop alike:
 
-================================  ==========================================================
-:class:`SumTree`                  O(log N) proportional sampling (stratified, as PER does)
+===================================== ==========================================================
+:class:`SumTree`                      O(log N) proportional sampling (stratified, as PER does)
 :func:`age_decay`, :func:`half_life`, :func:`sampling_probabilities`, :func:`importance_weights`,
-:func:`kish_ess`                  the formulas above, and Kish's effective sample size
-:class:`ReplayBuffer`             capacity, FIFO eviction, base priorities, ages, refresh, sampling
-``"replay"`` sampler              fresh groups from a base sampler plus replayed groups from the
-                                  buffer kept in the sampler's ``state``; per-token extras
-                                  ``is_weight`` and ``age``
-``"ppo_is"`` policy loss          PPO's clip times the per-token ``is_weight``
-================================  ==========================================================
+:func:`kish_ess`                      the formulas above, and Kish's effective sample size
+:class:`ReplayBuffer`                 capacity, FIFO eviction, base priorities, ages, refresh, sampling
+``"replay"`` sampler                  fresh groups from a base sampler plus replayed groups from the
+                                      buffer kept in the sampler's ``state``; per-token extras
+                                      ``is_weight`` and ``age``
+``"ppo_is"`` policy loss              PPO's clip times the per-token ``is_weight``
+===================================== ==========================================================
 """
 from __future__ import annotations
 
@@ -318,15 +318,15 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
     exponent; with ``beta_final`` it is annealed linearly from ``beta`` at step 1 to ``beta_final`` at
     ``config.steps`` (the authors anneal 0.4 to 1).
 
-    ============  ========  ==============================================================
-    returns       batch     fresh rows, then replayed rows; ``index`` offset by
-                            :func:`~rlcourse.lm.sampling.cat_batches` so that no replayed group
-                            joins a fresh one; ``logprobs`` of replayed rows are the stored
-                            behaviour log-probs (the policy loss's ``old_log_prob``), ``scores``
-                            the stored rewards
-    extras        ``(B,T)`` ``is_weight`` (1 on fresh rows, the PER weight on replayed ones) and
-                            ``age`` (0 fresh, steps since storage replayed)
-    ============  ========  ==============================================================
+    ============ ========= ==============================================================
+    returns      batch     fresh rows, then replayed rows; ``index`` offset by
+                           :func:`~rlcourse.lm.sampling.cat_batches` so that no replayed group
+                           joins a fresh one; ``logprobs`` of replayed rows are the stored
+                           behaviour log-probs (the policy loss's ``old_log_prob``), ``scores``
+                           the stored rewards
+    extras       ``(B,T)`` ``is_weight`` (1 on fresh rows, the PER weight on replayed ones) and
+                           ``age`` (0 fresh, steps since storage replayed)
+    ============ ========= ==============================================================
 
     The buffer lives in ``state["replay_buffer"]`` (saved in trainer checkpoints). Every row carries
     its example in ``batch.examples`` (a replayed group's is the one it was sampled for).

@@ -121,11 +121,11 @@ def exact_best_of_k(scores: Sequence[float], values: Sequence[float], probs: Seq
     scoring at most the ``j``-th, the best of ``k`` draws is outcome ``j`` with probability
     :math:`T_j^k - T_{j}'^k`, where :math:`T_j'` is the probability of scoring strictly less.
 
-    ====== ====== =====================================
+    ====== ======== =====================================
     scores ``(M,)`` distinct scores of the outcomes
     values ``(M,)`` the value (e.g. correctness) of each
     probs  ``(M,)`` their probabilities (sum to 1)
-    ====== ====== =====================================
+    ====== ======== =====================================
     """
     scores, values, probs = (np.asarray(a, dtype=float) for a in (scores, values, probs))
     if not scores.shape == values.shape == probs.shape or scores.ndim != 1:

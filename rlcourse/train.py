@@ -56,26 +56,26 @@ from .tasks import Example, Task, get_task
 class RLConfig:
     """Configuration of :class:`Trainer`, in TRL's vocabulary where TRL has a name.
 
-    ========================= ==========================================================
-    num_generations           G, samples per prompt (contiguous in the batch)
-    prompts_per_step          prompts per step; the batch has ``prompts_per_step * G`` rows (data-
-                              parallel: the whole step's, shared among the processes)
-    beta                      KL coefficient; a reference model exists only when beta > 0
-    kl_estimator              ``k1``/``k2``/``k3``/``k3+`` (``kl_penalty``)
-    kl_in_reward              put ``-beta * k1`` in the per-token reward instead of the loss
-    epsilon, epsilon_high     PPO clip range (``epsilon_high`` defaults to ``epsilon``)
-    loss_type                 ``dapo``/``bnpo``/``grpo``/``dr_grpo`` or a verl aggregation mode;
-                              with micro-batches, ``bnpo`` is the mean of their local token-means
-    scale_rewards             ``group``/``batch``/``none`` (``grpo`` estimator only)
-    max_completion_length     new tokens per response (also Dr. GRPO's constant)
-    num_iterations            optimisation passes over each batch (mu)
-    micro_batch_size          rows per backward pass (gradient identical to one pass)
-    skip_zero_advantage_rows  no forward/backward for rows whose gradient is exactly zero
-    share_prompt_forward      the update runs each prompt once for its G samples (same result)
+    ================================= ==========================================================
+    num_generations                   G, samples per prompt (contiguous in the batch)
+    prompts_per_step                  prompts per step; the batch has ``prompts_per_step * G`` rows (data-
+                                      parallel: the whole step's, shared among the processes)
+    beta                              KL coefficient; a reference model exists only when beta > 0
+    kl_estimator                      ``k1``/``k2``/``k3``/``k3+`` (``kl_penalty``)
+    kl_in_reward                      put ``-beta * k1`` in the per-token reward instead of the loss
+    epsilon, epsilon_high             PPO clip range (``epsilon_high`` defaults to ``epsilon``)
+    loss_type                         ``dapo``/``bnpo``/``grpo``/``dr_grpo`` or a verl aggregation mode;
+                                      with micro-batches, ``bnpo`` is the mean of their local token-means
+    scale_rewards                     ``group``/``batch``/``none`` (``grpo`` estimator only)
+    max_completion_length             new tokens per response (also Dr. GRPO's constant)
+    num_iterations                    optimisation passes over each batch (mu)
+    micro_batch_size                  rows per backward pass (gradient identical to one pass)
+    skip_zero_advantage_rows          no forward/backward for rows whose gradient is exactly zero
+    share_prompt_forward              the update runs each prompt once for its G samples (same result)
     advantage_estimator, policy_loss, reward, sampler, prompt_sampler: registry names
     advantage_kwargs, sampler_kwargs, loss_kwargs, reward_kwargs: extra keywords for that part (each
-                              must be a parameter the part names, else ValueError)
-    ========================= ==========================================================
+                                      must be a parameter the part names, else ValueError)
+    ================================= ==========================================================
     """
 
     # TRL vocabulary

@@ -60,12 +60,12 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     and the return target is A_t + V_t. With ``lam = 1`` A_t is the Monte Carlo return minus V_t;
     with ``lam = 0`` it is the one-step TD error.
 
-    ======= ======== ================================================
+    ======= ========= ================================================
     rewards ``(B,T)`` reward of step t (0 on padding)
     values  ``(B,T)`` V(s_t) from the critic (ignored on padding)
     mask    ``(B,T)`` 1 on real steps; each row is ones then zeros
-    returns ``(B,T)``, ``(B,T)`` advantages and returns, 0 on padding
-    ======= ======== ================================================
+    returns           ``(B,T)``, ``(B,T)`` advantages and returns, 0 on padding
+    ======= ========= ================================================
     """
     if not (rewards.shape == values.shape == mask.shape) or rewards.dim() != 2:
         raise ValueError(f"rewards {tuple(rewards.shape)}, values {tuple(values.shape)} and mask "
@@ -94,12 +94,12 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
     One row per step, so this is :func:`rlcourse.losses.compute_policy_loss` (the package's one PPO
     loss, log-ratio clamped to +-20) on ``(N, 1)`` tensors with every step counted (``token-mean``).
 
-    ======== ======= ==================================
+    ======== ======== ==================================
     new_logp ``(N,)`` log pi_theta(a|s), with gradient
     old_logp ``(N,)`` log pi_old(a|s) from the rollout
     adv      ``(N,)`` advantages
     returns  scalar   the policy loss
-    ======== ======= ==================================
+    ======== ======== ==================================
     """
     if not (new_logp.shape == old_logp.shape == adv.shape) or new_logp.dim() != 1:
         raise ValueError("new_logp, old_logp and adv must be equal 1-d tensors")
@@ -113,13 +113,13 @@ def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, 
 class Batch:
     """Flattened real steps of a rollout (padding removed).
 
-    ======= ======== ==========================
+    ======= ========= ==========================
     obs     ``(N,D)`` observations
     actions ``(N,)``  actions taken
     logp    ``(N,)``  log pi_old(a|s) at sampling
     adv     ``(N,)``  advantages
     returns ``(N,)``  value targets
-    ======= ======== ==========================
+    ======= ========= ==========================
     """
 
     obs: torch.Tensor

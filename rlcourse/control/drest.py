@@ -32,7 +32,7 @@ REWARDS = ("default", "drest", "drest_unnormalised")
 class Episodes:
     """``B`` episodes padded to the long horizon ``T``.
 
-    ============ ========== ===================================
+    ============ =========== ===================================
     obs          ``(B,T,D)`` observation before step t
     actions      ``(B,T)``   action at step t
     logp         ``(B,T)``   log pi_old(a_t|s_t)
@@ -41,7 +41,7 @@ class Episodes:
     mask         ``(B,T)``   1 on real steps
     lengths      ``(B,)``    length class (0 short, 1 long)
     coins        ``(B,)``    coins of the whole episode
-    ============ ========== ===================================
+    ============ =========== ===================================
     """
 
     obs: torch.Tensor
@@ -93,14 +93,14 @@ def train_agent(reward: str, algo: str, *, updates: int, meta_episodes: int, E: 
                 eval_every: int = 10, eval_episodes: int = 512) -> dict:
     """Train one agent; return its learning curve and final metrics.
 
-    ============= ===== ==========================================================
-    reward        str   "default" (raw coins), "drest", or "drest_unnormalised"
-    algo          str   "ppo" or "a2c"
-    updates       int   number of policy updates
-    meta_episodes int   N, meta-episodes per update (N * E mini-episodes)
-    E, lam        int, float  meta-episode size and DReST discount base
-    returns       dict  history (update, p_long, neutrality, usefulness) and final metrics
-    ============= ===== ==========================================================
+    ============= ========== ==========================================================
+    reward        str        "default" (raw coins), "drest", or "drest_unnormalised"
+    algo          str        "ppo" or "a2c"
+    updates       int        number of policy updates
+    meta_episodes int        N, meta-episodes per update (N * E mini-episodes)
+    E, lam        int, float meta-episode size and DReST discount base
+    returns       dict       history (update, p_long, neutrality, usefulness) and final metrics
+    ============= ========== ==========================================================
     """
     if reward not in REWARDS:
         raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")

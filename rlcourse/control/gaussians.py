@@ -43,14 +43,14 @@ def poe_compose(mu_a, var_a, mu_g, var_g, alpha: float) -> tuple[np.ndarray, np.
     Precisions add with weights: ``lam = (1-alpha)/var_a + alpha/var_g`` and the mean is the
     precision-weighted average of the two means.
 
-    ========= =========== ==========================================
+    ========= ============ ==========================================
     mu_a      ``(..., d)`` frozen actor's mean
     var_a     ``(..., d)`` frozen actor's variance
     mu_g      ``(..., d)`` prior's mean
     var_g     ``(..., d)`` prior's variance
-    alpha     scalar      weight of the prior, in ``[0, 1]``
-    returns   ``(..., d)`` composed mean, and ``(..., d)`` variance
-    ========= =========== ==========================================
+    alpha     scalar       weight of the prior, in ``[0, 1]``
+    returns                ``(..., d)`` composed mean, and ``(..., d)`` variance
+    ========= ============ ==========================================
     """
     mu_a, var_a, mu_g, var_g = _check_pair(mu_a, var_a, mu_g, var_g)
     alpha = _check_alpha(alpha)
@@ -63,14 +63,14 @@ def poe_compose(mu_a, var_a, mu_g, var_g, alpha: float) -> tuple[np.ndarray, np.
 def kl_reg_compose(mu_a, var_a, mu_g, var_g, beta: float) -> tuple[np.ndarray, np.ndarray]:
     """The KL-regularised update ``argmin_pi KL(pi || pi_a) - beta E_pi[log pi_g]`` = ``pi_a * pi_g^beta``.
 
-    ========= =========== ==========================================
+    ========= ============ ==========================================
     mu_a      ``(..., d)`` frozen actor's mean
     var_a     ``(..., d)`` frozen actor's variance
     mu_g      ``(..., d)`` prior's mean
     var_g     ``(..., d)`` prior's variance
-    beta      scalar      strength of the prior, ``>= 0``
-    returns   ``(..., d)`` mean, and ``(..., d)`` variance
-    ========= =========== ==========================================
+    beta      scalar       strength of the prior, ``>= 0``
+    returns                ``(..., d)`` mean, and ``(..., d)`` variance
+    ========= ============ ==========================================
     """
     mu_a, var_a, mu_g, var_g = _check_pair(mu_a, var_a, mu_g, var_g)
     if not isinstance(beta, (int, float, np.floating, np.integer)) or not (0.0 <= float(beta) < math.inf):
@@ -103,13 +103,13 @@ def additive_compose(mu_a, var_a, mu_g, var_g, alpha: float) -> tuple[np.ndarray
 def gaussian_kl(mu_p, var_p, mu_q, var_q) -> np.ndarray:
     """``KL(N(mu_p, var_p) || N(mu_q, var_q))`` for diagonal Gaussians, summed over the last axis.
 
-    ========= =========== ===========================
+    ========= ============ ===========================
     mu_p      ``(..., d)`` mean of p
     var_p     ``(..., d)`` variance of p
     mu_q      ``(..., d)`` mean of q
     var_q     ``(..., d)`` variance of q
     returns   ``(...)``    KL in nats, >= 0
-    ========= =========== ===========================
+    ========= ============ ===========================
     """
     mu_p, var_p, mu_q, var_q = _check_pair(mu_p, var_p, mu_q, var_q)
     r = var_p / var_q

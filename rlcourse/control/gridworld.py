@@ -89,13 +89,13 @@ class GridConfig:
 class GridState:
     """The state of ``B`` episodes (arrays of length B).
 
-    ========= ======== ==============================================
+    ========= ========= ==============================================
     pos       ``(B,2)`` int64 (row, col)
     t         ``(B,)``  int64 steps taken so far
     pressed   ``(B,)``  bool, the button has been pressed
     collected ``(B,C)`` bool, coin c has been taken
     done      ``(B,)``  bool, the episode has ended
-    ========= ======== ==============================================
+    ========= ========= ==============================================
     """
 
     pos: np.ndarray
@@ -138,7 +138,7 @@ def grid_step(cfg: GridConfig, state: GridState, actions: np.ndarray) -> tuple[G
     ========= ======== ==========================================
     state     B        the episodes before the step (not modified)
     actions   ``(B,)`` int in {0: up, 1: down, 2: left, 3: right}
-    returns   state', reward ``(B,)`` float64 coins taken this step
+    returns            state', reward ``(B,)`` float64 coins taken this step
     ========= ======== ==========================================
     """
     actions = np.asarray(actions)
@@ -166,7 +166,7 @@ def encode_obs(cfg: GridConfig, state: GridState) -> np.ndarray:
     """The observation: one-hot cell, one-hot time, pressed flag, coin-taken bits.
 
     ======= ============== ===========================
-    returns ``(B,obs_dim)`` float32, entries in {0, 1}
+    returns                ``(B,obs_dim)`` float32, entries in {0, 1}
     ======= ============== ===========================
     """
     B = state.t.shape[0]
@@ -192,7 +192,7 @@ def max_coins_by_length(cfg: GridConfig) -> np.ndarray:
     Exact dynamic programming over the reachable states (see :func:`_max_coins`); cached per layout.
 
     ======= ======= ====================================
-    returns ``(2,)`` float64 [m(short), m(long)]; -inf if a class is unreachable
+    returns         ``(2,)`` float64 [m(short), m(long)]; -inf if a class is unreachable
     ======= ======= ====================================
     """
     if not isinstance(cfg, GridConfig):

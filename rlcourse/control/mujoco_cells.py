@@ -42,7 +42,7 @@ def lqr_gain(env_id: str = BALANCE_ENV, q: float = 1.0, r: float = 1.0) -> np.nd
     solved with costs ``q I`` on the state and ``r I`` on the action. The regulator is ``u = -K x``.
 
     ======= ============== ==========================================
-    returns ``(n_u, 2 n_v)`` the gain ``K``
+    returns                ``(n_u, 2 n_v)`` the gain ``K``
     ======= ============== ==========================================
     """
     import gymnasium as gym
@@ -116,7 +116,7 @@ def evaluate_policy(envs: list, policy, seed: int = 0) -> np.ndarray:
     the same start states) and stops at termination or at the environments' time limit.
 
     ======= ============= ======================
-    returns ``(episodes,)`` float64 returns
+    returns               ``(episodes,)`` float64 returns
     ======= ============= ======================
     """
     episodes = len(envs)
@@ -167,13 +167,13 @@ def run_balance_cells(prof: Profile | None = None, workdir: str | None = None, *
     and the random policy that normalise the scores. ``overrides`` replace entries of
     :func:`balance_sizes`.
 
-    ============ =========================================================================
-    score        ``score[actor|prior][rule]``: ``(seeds,)`` mean normalised score per seed
-    alpha_kl     ``alpha_kl[actor|prior]``: ``(seeds,)`` alpha picked by the KL budget
-    reference    per seed, mean raw return of the LQR expert and of the random policy
-    data_return  per grade, mean return of the data set's complete episodes (seed 0)
+    ============== =========================================================================
+    score          ``score[actor|prior][rule]``: ``(seeds,)`` mean normalised score per seed
+    alpha_kl       ``alpha_kl[actor|prior]``: ``(seeds,)`` alpha picked by the KL budget
+    reference      per seed, mean raw return of the LQR expert and of the random policy
+    data_return    per grade, mean return of the data set's complete episodes (seed 0)
     sizes, seconds
-    ============ =========================================================================
+    ============== =========================================================================
     """
     import tempfile
 

@@ -85,14 +85,14 @@ def fdfo_loss(model: VelocityMLP, x: torch.Tensor, t: torch.Tensor, v_ref: torch
     exponent is computed in the equal, cancellation-free form
     ``l - l_ref = mean_d[2 (v_theta - v_ref) u - (v_theta - v_ref)^2]``.
 
-    ====== ========== ====================================================
-    x      ``(N, D)`` the stored points x_k of the runs
-    t      ``(N,)``   their times t_k
-    v_ref  ``(N, D)`` the velocity the sampler used there
-    u      ``(N, D)`` the normalised endpoint difference of the row's pair
-    dR     ``(N,)``   the row's reward half-difference
-    returns scalar    loss
-    ====== ========== ====================================================
+    ======= ========== ====================================================
+    x       ``(N, D)`` the stored points x_k of the runs
+    t       ``(N,)``   their times t_k
+    v_ref   ``(N, D)`` the velocity the sampler used there
+    u       ``(N, D)`` the normalised endpoint difference of the row's pair
+    dR      ``(N,)``   the row's reward half-difference
+    returns scalar     loss
+    ======= ========== ====================================================
     """
     if not (x.shape == v_ref.shape == u.shape) or t.shape != (x.shape[0],) or dR.shape != (x.shape[0],):
         raise ValueError(f"shapes x {tuple(x.shape)}, t {tuple(t.shape)}, v_ref {tuple(v_ref.shape)}, "
@@ -109,12 +109,12 @@ def step_logprob(model: VelocityMLP, x: torch.Tensor, t: torch.Tensor, x_next: t
                  noise: float, cond: torch.Tensor | None = None) -> torch.Tensor:
     """Log-probability of the sampler step ``x -> x_next`` under the current model (differentiable).
 
-    ====== ========== ==================================
-    x      ``(N, D)`` points before the step
-    t      ``(N,)``   their times
-    x_next ``(N, D)`` points after the step
-    returns ``(N,)``  log N(x_next; mean_theta(x), std^2 I)
-    ====== ========== ==================================
+    ======= ========== ==================================
+    x       ``(N, D)`` points before the step
+    t       ``(N,)``   their times
+    x_next  ``(N, D)`` points after the step
+    returns ``(N,)``   log N(x_next; mean_theta(x), std^2 I)
+    ======= ========== ==================================
     """
     mean, std = sde_step_moments(model(x, t, cond), x, t, h, noise)
     return gaussian_step_logprob(x_next, mean, std)

@@ -198,12 +198,12 @@ def nft_loss(model: VelocityMLP, old_model: VelocityMLP, x1: torch.Tensor, adv: 
 def nft_optimum(u: torch.Tensor, v_old: torch.Tensor, r: torch.Tensor, beta: float) -> torch.Tensor:
     """The velocity that minimises the NFT loss at one point ``x_t`` given samples through it.
 
-    ====== ========== ===============================================
-    u      ``(N, D)`` conditional velocities of N samples through x_t
-    v_old  ``(D,)``   the old model's velocity at x_t
-    r      ``(N,)``   their optimality probabilities in [0, 1]
-    returns ``(D,)``  ``v_old + mean_i[(2 r_i - 1)(u_i - v_old)] / beta``
-    ====== ========== ===============================================
+    ======= ========== ===============================================
+    u       ``(N, D)`` conditional velocities of N samples through x_t
+    v_old   ``(D,)``   the old model's velocity at x_t
+    r       ``(N,)``   their optimality probabilities in [0, 1]
+    returns ``(D,)``   ``v_old + mean_i[(2 r_i - 1)(u_i - v_old)] / beta``
+    ======= ========== ===============================================
     """
     if u.ndim != 2 or v_old.shape != (u.shape[1],) or r.shape != (u.shape[0],):
         raise ValueError(f"shapes u {tuple(u.shape)}, v_old {tuple(v_old.shape)}, r {tuple(r.shape)} disagree")

@@ -66,8 +66,8 @@ def rotary_angles(model: LlamaForCausalLM, positions: torch.Tensor) -> tuple[tor
     """Scaled cosines and sines of the default rotary embedding, as ``LlamaRotaryEmbedding`` computes them.
 
     ========= ========== ============================================
-    positions ``(...,)``  long position ids
-    returns   2 x ``(...,D)`` float32 cos and sin (angles repeated over both halves)
+    positions ``(...,)`` long position ids
+    returns              2 x ``(...,D)`` float32 cos and sin (angles repeated over both halves)
     ========= ========== ============================================
     """
     rotary = model.model.rotary_emb
@@ -80,12 +80,12 @@ def rotary_angles(model: LlamaForCausalLM, positions: torch.Tensor) -> tuple[tor
 class KVCache:
     """Keys and values of every layer, preallocated for the whole rollout.
 
-    ======== ================= ================================================
+    ======== =========================== ================================================
     keys     ``n_layers x (B,H_kv,L,D)`` rotated keys of positions ``[0, length)``
     values   ``n_layers x (B,H_kv,L,D)`` values of the same positions
-    key_ok   ``(B,L)`` bool     True where a position holds a real token (not padding)
-    length   int                how many positions are filled
-    ======== ================= ================================================
+    key_ok   ``(B,L)`` bool              True where a position holds a real token (not padding)
+    length   int                         how many positions are filled
+    ======== =========================== ================================================
     """
 
     keys: list[torch.Tensor]
@@ -131,14 +131,14 @@ def lean_forward(model: LlamaForCausalLM, weights: LeanWeights, input_ids: torch
     A new token attends to the real tokens up to its own position; a padding token attends only to
     itself, so that no row of the attention is empty (its output is never used).
 
-    ========== ========= =======================================================
-    weights    LeanWeights  :meth:`LeanWeights.from_model` of the same model
-    input_ids  ``(B,n)``  new tokens (the left-padded prompt, or one sampled token)
-    positions  ``(B,n)``  their position ids
-    input_ok   ``(B,n)``  bool, False on padding
-    cache      KVCache    filled up to ``cache.length``; advanced by ``n``
-    returns    ``(B,V)``  logits of the last new token, in the model's dtype
-    ========== ========= =======================================================
+    ========== =========== =======================================================
+    weights    LeanWeights :meth:`LeanWeights.from_model` of the same model
+    input_ids  ``(B,n)``   new tokens (the left-padded prompt, or one sampled token)
+    positions  ``(B,n)``   their position ids
+    input_ok   ``(B,n)``   bool, False on padding
+    cache      KVCache     filled up to ``cache.length``; advanced by ``n``
+    returns    ``(B,V)``   logits of the last new token, in the model's dtype
+    ========== =========== =======================================================
     """
     B, n = input_ids.shape
     start, end = cache.length, cache.length + n

@@ -38,10 +38,10 @@ class ScalarHeadModel(nn.Module):
         """Critic values :math:`V(s_t)` for the ``T`` response tokens: the scalar at the position
         *before* each token, so value ``t`` is read with the same slice as the log-probs.
 
-        ============== ========== ==============================
+        ============== =========== ==============================
         input_ids      ``(B,P+T)`` prompt then response
         returns        ``(B,T)``   V(prompt, y_<t)
-        ============== ========== ==============================
+        ============== =========== ==============================
         """
         return self(input_ids, attention_mask)[:, -response_len - 1:-1]
 

@@ -36,10 +36,10 @@ def build_model(tokenizer: PreTrainedTokenizerBase, prof: Profile | None = None,
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions that start at 0 on the first real token of each left-padded row.
 
-    ============== ======== ===========================================
+    ============== ========= ===========================================
     attention_mask ``(B,L)`` 1 for real tokens, 0 for padding
-    returns        ``(B,L)`` long; padding positions are clamped to 0
-    ============== ======== ===========================================
+    returns                  ``(B,L)`` long; padding positions are clamped to 0
+    ============== ========= ===========================================
     """
     return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
 
@@ -74,13 +74,13 @@ def response_logprobs(
     ``input_ids`` is ``[prompt (left-padded) | response (right-padded)]``. The logit at position
     ``t`` predicts token ``t+1``, so the response's scores are the logits at ``[-T-1 : -1]``.
 
-    ============== ========== ===================================================
+    ============== =========== ===================================================
     input_ids      ``(B,P+T)`` prompt then response token ids
     attention_mask ``(B,P+T)`` 1 for real prompt and response tokens
     response_len   ``T``       number of response positions
     returns        ``(B,T)``   float32 log pi(y_t | x, y_<t) at ``temperature``
     (entropy)      ``(B,T)``   entropy of the tempered next-token distribution
-    ============== ========== ===================================================
+    ============== =========== ===================================================
     """
     if input_ids.shape != attention_mask.shape:
         raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} differ")

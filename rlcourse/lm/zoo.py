@@ -39,11 +39,11 @@ def max_new_tokens_for(task: Task, examples: list[Example] | None = None) -> int
 def sft_batch(tokenizer, examples: list[Example]):
     """Tokenised SFT batch in the rollout layout: ``(input_ids, attention_mask, response_mask)``.
 
-    ============== ========== ===============================================
+    ============== =========== ===============================================
     input_ids      ``(B,P+T)`` left-padded prompt, right-padded solution + EOS
     attention_mask ``(B,P+T)`` 1 on real tokens
     response_mask  ``(B,T)``   1 on solution tokens and the EOS
-    ============== ========== ===============================================
+    ============== =========== ===============================================
     """
     p_ids, p_mask = encode_prompts(tokenizer, [e.prompt for e in examples])
     enc = tokenizer([e.solution + tokenizer.eos_token for e in examples], return_tensors="pt",

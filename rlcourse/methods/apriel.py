@@ -62,13 +62,13 @@ def check_targets(targets) -> np.ndarray:
 def domain_sampling_probs(targets, yields, floor: float = 0.02) -> np.ndarray:
     """The adaptive sampler's domain probabilities ``q_d = (w_d / y_d) / sum_j (w_j / y_j)``.
 
-    ========  ======  =============================================================
-    targets   ``(D,)``  target shares ``w`` of usable rollouts (sum to 1)
-    yields    ``(D,)``  estimated usable fraction ``y_hat`` of each domain, in [0, 1]
-    floor     float   yields below it count as ``floor`` (a domain that yielded nothing
+    ======== ======== =============================================================
+    targets  ``(D,)`` target shares ``w`` of usable rollouts (sum to 1)
+    yields            ``(D,)``  estimated usable fraction ``y_hat`` of each domain, in [0, 1]
+    floor    float    yields below it count as ``floor`` (a domain that yielded nothing
                       yet is not sampled with infinite weight)
-    returns   ``(D,)``  ``q``, a probability vector
-    ========  ======  =============================================================
+    returns           ``(D,)``  ``q``, a probability vector
+    ======== ======== =============================================================
     """
     w = check_targets(targets)
     y = _vector("yields", yields, len(w))
@@ -93,12 +93,12 @@ def update_yield_estimate(y_hat, sampled, usable, eta: float) -> np.ndarray:
     """One step of the yield tracker: ``y_hat_d <- (1 - eta) y_hat_d + eta usable_d / sampled_d``
     for every domain that was sampled this step (the others keep their estimate).
 
-    ========  ======  =====================================================
-    y_hat     ``(D,)``  current estimates
-    sampled   ``(D,)``  rollouts drawn per domain this step (>= 0)
-    usable    ``(D,)``  of those, the usable ones (``0 <= usable <= sampled``)
-    returns   ``(D,)``  the new estimates
-    ========  ======  =====================================================
+    ======== ======== =====================================================
+    y_hat    ``(D,)`` current estimates
+    sampled  ``(D,)`` rollouts drawn per domain this step (>= 0)
+    usable   ``(D,)`` of those, the usable ones (``0 <= usable <= sampled``)
+    returns           ``(D,)``  the new estimates
+    ======== ======== =====================================================
     """
     y_hat = _vector("y_hat", y_hat)
     s, u = _vector("sampled", sampled, len(y_hat)), _vector("usable", usable, len(y_hat))
@@ -118,11 +118,11 @@ def allocate_counts(n: int, q, carry) -> tuple[np.ndarray, np.ndarray]:
     largest remainders, and ``carry = a - counts`` moves on. Over ``t`` steps domain ``d`` gets
     ``sum_t n q_d(t)`` prompts up to less than 1 (no sampling noise in the mixture).
 
-    ========  ======  ==============================
-    q         ``(D,)``  domain probabilities
-    carry     ``(D,)``  remainders from the last step
-    returns   ``(counts (D,) int, carry (D,))``
-    ========  ======  ==============================
+    ======== ======== ==============================
+    q        ``(D,)`` domain probabilities
+    carry    ``(D,)`` remainders from the last step
+    returns           ``(counts (D,) int, carry (D,))``
+    ======== ======== ==============================
     """
     q = _vector("q", q)
     c = _vector("carry", carry, len(q))
@@ -183,12 +183,12 @@ def kimi_length_reward(lengths, correct, index) -> torch.Tensor:
     the group of prompt ``index[i]``; correct responses get ``lambda_i``, incorrect ones
     ``min(0, lambda_i)``; a group whose responses all have one length gets 0.
 
-    ========  ======  ==============================================
-    lengths   ``(B,)``  response lengths in tokens
-    correct   ``(B,)``  bool (or 0/1), the verifier's verdict
-    index     ``(B,)``  group (prompt) id of each row; groups of >= 2
-    returns   ``(B,)``  float32, in [-0.5, 0.5]
-    ========  ======  ==============================================
+    ======== ======== ==============================================
+    lengths  ``(B,)`` response lengths in tokens
+    correct  ``(B,)`` bool (or 0/1), the verifier's verdict
+    index    ``(B,)`` group (prompt) id of each row; groups of >= 2
+    returns           ``(B,)``  float32, in [-0.5, 0.5]
+    ======== ======== ==============================================
     """
     lengths = torch.as_tensor(lengths, dtype=torch.float32)
     if lengths.ndim != 1:
@@ -238,13 +238,13 @@ def length_shaped_reward(task_reward, lengths, index, gamma: float, weight: str 
     A row counts as correct when its task reward is above 0.5 and it was not truncated (a truncated
     response never earns a brevity bonus).
 
-    ===========  ======  ===========================================
-    task_reward  ``(B,)``  verifier reward in [0, 1]
-    lengths      ``(B,)``  response lengths
-    index        ``(B,)``  group ids
-    truncated    ``(B,)``  bool, or None (no row truncated)
-    returns      ``(B,)``  float32 shaped reward
-    ===========  ======  ===========================================
+    =========== ======== ===========================================
+    task_reward ``(B,)`` verifier reward in [0, 1]
+    lengths     ``(B,)`` response lengths
+    index       ``(B,)`` group ids
+    truncated   ``(B,)`` bool, or None (no row truncated)
+    returns              ``(B,)``  float32 shaped reward
+    =========== ======== ===========================================
     """
     r = torch.as_tensor(task_reward, dtype=torch.float32)
     correct = r > 0.5
@@ -436,11 +436,11 @@ def grouped_length_reward(task_reward, lengths, gamma: float, weight: str, theta
     """:func:`length_shaped_reward` for groups laid out as rows (no truncation), in NumPy: the bandit
     calls it thousands of times, and the tests check it equals the torch version.
 
-    ===========  ======  ===============================
-    task_reward  ``(N, G)``  verifier rewards, group per row
-    lengths      ``(N, G)``  response lengths
-    returns      ``(N, G)``  shaped rewards
-    ===========  ======  ===============================
+    =========== ========== ===============================
+    task_reward ``(N, G)`` verifier rewards, group per row
+    lengths     ``(N, G)`` response lengths
+    returns                ``(N, G)``  shaped rewards
+    =========== ========== ===============================
     """
     r, ell = np.asarray(task_reward, float), np.asarray(lengths, float)
     if r.shape != ell.shape or r.ndim != 2 or r.shape[1] < 2:
@@ -466,12 +466,12 @@ def grouped_advantages(r, scale_by_std: bool, epsilon: float = 1e-6) -> np.ndarr
 def softmax_score_gradient(idx, A, pi) -> np.ndarray:
     """Gradient in the logits of ``mean_i A_i log pi_k(l_i)``, per bucket: ``mean_i A_i (e_{l_i} - pi_k)``.
 
-    =======  =========  ==================================
-    idx      ``(K, n)``   sampled length indices (0-based)
-    A        ``(K, n)``   their advantages
-    pi       ``(K, L)``   the softmax policy of each bucket
-    returns  ``(K, L)``   the gradient
-    =======  =========  ==================================
+    ======= ========== ==================================
+    idx     ``(K, n)`` sampled length indices (0-based)
+    A       ``(K, n)`` their advantages
+    pi      ``(K, L)`` the softmax policy of each bucket
+    returns            ``(K, L)``   the gradient
+    ======= ========== ==================================
     """
     idx, A, pi = np.asarray(idx), np.asarray(A, float), np.asarray(pi, float)
     if idx.shape != A.shape or idx.shape[0] != pi.shape[0]:

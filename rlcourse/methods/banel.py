@@ -8,14 +8,14 @@ reward evaluations). No positive reward is ever needed.
 
 Parts registered here:
 
-================  ==========  =============================================================
-``"banel"``       sampler     rejection filter against the failure models kept in ``state``;
-                              scores its rows, fits a new failure model on the failures, reports
-                              the reward evaluations (NRE) and successes in ``batch.metrics``
-``addition_attack``  task     an attacker writes ``a+b=`` queries; its demonstrations are valid queries
-``attack_success``   reward   1 if the query is valid and the tiny target adder answers it wrongly
-``attack_novelty``   reward   ``attack_success`` plus a pseudo-count novelty bonus ``beta / sqrt(N(x))``
-================  ==========  =============================================================
+=================== ========== =============================================================
+``"banel"``         sampler    rejection filter against the failure models kept in ``state``;
+                               scores its rows, fits a new failure model on the failures, reports
+                               the reward evaluations (NRE) and successes in ``batch.metrics``
+``addition_attack`` task       an attacker writes ``a+b=`` queries; its demonstrations are valid queries
+``attack_success``  reward     1 if the query is valid and the tiny target adder answers it wrongly
+``attack_novelty``  reward     ``attack_success`` plus a pseudo-count novelty bonus ``beta / sqrt(N(x))``
+=================== ========== =============================================================
 
 The exact toy (enumerated sequence space) lives in the functions at the top; the language-model
 experiment in :func:`attack_run`.

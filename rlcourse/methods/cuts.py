@@ -252,7 +252,7 @@ def compute_cuts_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adv
     behaviour_logprob  ``(B,T)`` log q(y_t) of the drawn tokens (0 where masked)
     is_cap             float     the truncation (> 0; ``inf``: no truncation)
     others             ``(B,T)`` as in ``"vanilla"``
-    returns            ``(loss, metrics)``; metrics add ``cuts_is_weight`` (mean w)
+    returns                      ``(loss, metrics)``; metrics add ``cuts_is_weight`` (mean w)
     ================== ========= ==============================================
     """
     if not is_cap > 0:

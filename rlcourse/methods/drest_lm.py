@@ -288,13 +288,13 @@ def expected_rloo_drift(p: float, G: int, lam: float, value: np.ndarray | None =
     and earns preliminary reward ``value[l]`` in class l; the update is
     ``sum_e A_e * d log pi(L_e) / d theta`` with ``A_e = r_e - mean_{j != e} r_j``.
 
-    ======= ======= ======================================================
+    ======= ======== ======================================================
     p       float    P(long), in [0, 1]
     G       int      samples per prompt = mini-episodes per meta-episode, >= 2
     lam     float    DReST discount base in (0, 1]
     value   ``(2,)`` preliminary reward of short and long (default 1, 1)
     returns float    E[sum_e A_e (1[L_e = long] - p)]
-    ======= ======= ======================================================
+    ======= ======== ======================================================
     """
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"p must be in [0, 1], got {p}")

@@ -55,12 +55,12 @@ def explained_variance_batch(returns: torch.Tensor, values: torch.Tensor, mask: 
 def kalman_variance(returns: torch.Tensor, values: torch.Tensor, K: float | torch.Tensor) -> torch.Tensor:
     """Empirical variance of the advantage :math:`R - b_K` with :math:`b_K = \\bar R + K (V - \\bar R)`.
 
-    ======= ================ =============================================
-    returns ``(n,)``         returns R of one batch
-    values  ``(n,)``         critic values V
+    ======= ================== =============================================
+    returns ``(n,)``           returns R of one batch
+    values  ``(n,)``           critic values V
     K       scalar or ``(k,)`` Kalman gain(s); 0 is the mean baseline, 1 the critic
-    returns scalar or ``(k,)`` :math:`\\widehat{\\mathrm{Var}}(R - b_K)` (1/n)
-    ======= ================ =============================================
+    returns                    scalar or ``(k,)`` :math:`\\widehat{\\mathrm{Var}}(R - b_K)` (1/n)
+    ======= ================== =============================================
     """
     if returns.ndim != 1:
         raise ValueError(f"returns must be 1-D (n,), got shape {tuple(returns.shape)}")
@@ -133,7 +133,7 @@ def evpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
                                   and appends ``(step, ev, use_critic)`` to ``state["evpo_history"]``
     threshold           float     the gate's boundary (0 in the paper)
     ev_ema              float     in [0, 1): smooth EV across steps with this EMA weight (0 = off)
-    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` are the GAE returns (critic targets)
+    returns                       ``(adv, ret)``, both ``(B,T)``; ``ret`` are the GAE returns (critic targets)
     =================== ========= ===========================================================
 
     EV is computed over all valid tokens, with Monte-Carlo reward-to-go as the target (for an

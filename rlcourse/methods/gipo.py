@@ -71,10 +71,10 @@ def compute_gipo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
     log_prob       ``(B,T)`` current log-probs (gradient)
     advantages     ``(B,T)`` per-token advantages
     response_mask  ``(B,T)`` 1 on tokens that count
-    returns        ``(loss, metrics)``: scalar and a dict of floats: ``pg_clipfrac`` (share of
-                   tokens whose effective weight is below 1% of the on-policy weight, the
-                   counterpart of PPO's zero-gradient share), ``gipo_weight_mean``,
-                   ``ppo_kl``, ``ratio_mean``
+    returns                  ``(loss, metrics)``: scalar and a dict of floats: ``pg_clipfrac`` (share of
+                             tokens whose effective weight is below 1% of the on-policy weight, the
+                             counterpart of PPO's zero-gradient share), ``gipo_weight_mean``,
+                             ``ppo_kl``, ``ratio_mean``
     ============== ========= ===============================================
     """
     check_same_shape(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,

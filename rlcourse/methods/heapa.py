@@ -663,11 +663,11 @@ def rollouts_to_target(rollouts: np.ndarray, accuracy: np.ndarray, target: float
     """First rollout count at which ``accuracy >= target``; ``(budget, True)`` if never (censored:
     the true count is at least the budget).
 
-    ========  ======  =======================================
-    rollouts  (E,)    rollouts spent at each check
-    accuracy  (E,)    held-out accuracy at each check
-    returns   float, bool   rollouts to target, censored?
-    ========  ======  =======================================
+    ======== ====== =======================================
+    rollouts (E,)   rollouts spent at each check
+    accuracy (E,)   held-out accuracy at each check
+    returns         float, bool   rollouts to target, censored?
+    ======== ====== =======================================
     """
     rollouts, accuracy = np.asarray(rollouts), np.asarray(accuracy)
     if rollouts.shape != accuracy.shape or rollouts.ndim != 1:

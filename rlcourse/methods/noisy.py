@@ -67,7 +67,7 @@ def corrupt_rewards(r_true: np.ndarray, index: np.ndarray, rho0: float, rho1: fl
                     rng: np.random.Generator) -> np.ndarray:
     """What a verifier with error rates ``(rho0, rho1)`` reports for true binary rewards.
 
-    ====== ======== ==============================================================
+    ====== ========= ==============================================================
     r_true ``(B,)``  true rewards, each exactly 0 or 1
     index  ``(B,)``  group (prompt) id of each row; ``group`` mode shares one draw
     rho0   float     false-positive rate P(report 1 | true 0)
@@ -75,7 +75,7 @@ def corrupt_rewards(r_true: np.ndarray, index: np.ndarray, rho0: float, rho1: fl
     mode   str       ``"sample"`` (independent errors) or ``"group"`` (one draw per group)
     rng    Generator the source of the uniform draws
     return ``(B,)``  float64 observed rewards in {0, 1}
-    ====== ======== ==============================================================
+    ====== ========= ==============================================================
     """
     rho0, rho1 = _check_rates(rho0, rho1)
     mode = _check_mode(mode)
@@ -142,10 +142,10 @@ def make_noisy_reward(rho0: float, rho1: float, mode: str = "sample", seed: int 
 def group_advantages(r: np.ndarray, scale: bool = True, eps: float = 1e-6) -> np.ndarray:
     """GRPO (``scale=True``) or Dr. GRPO (``scale=False``) advantages of groups of rewards.
 
-    ====== ========== =====================================================
+    ====== ============ =====================================================
     r      ``(..., G)`` rewards of the G samples of each group, G >= 2
-    return ``(..., G)`` (r - mean) / (std + eps), std with Bessel's correction
-    ====== ========== =====================================================
+    return              ``(..., G)`` (r - mean) / (std + eps), std with Bessel's correction
+    ====== ============ =====================================================
     """
     r = np.asarray(r, dtype=np.float64)
     if r.ndim < 1 or r.shape[-1] < 2:
@@ -229,7 +229,7 @@ def advantage_pmf(G: int, k: int, rho0: float, rho1: float, correct: bool, mode:
     the three intervals of the shared uniform draw.
 
     ====== ======== ==================================================
-    return ``(V,)``, ``(V,)`` distinct advantage values and their probabilities
+    return          ``(V,)``, ``(V,)`` distinct advantage values and their probabilities
     ====== ======== ==================================================
     """
     _check_group(G, k)

@@ -70,21 +70,21 @@ def otb_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
     """OTB's advantage :math:`A^{(i)}_t = (G^{(i)}_t - B_t) m^{(i)}_t` with the energy-weighted
     per-position group baseline :math:`B_t` (no division by the group's std).
 
-    =================== ========= =============================================================
-    token_level_rewards ``(B,T)`` rewards (outcome on the last valid token)
-    response_mask       ``(B,T)`` 1 up to and including EOS
-    index               ``(B,)``  group (prompt) id of each row
+    =================== ============ =============================================================
+    token_level_rewards ``(B,T)``    rewards (outcome on the last valid token)
+    response_mask       ``(B,T)``    1 up to and including EOS
+    index               ``(B,)``     group (prompt) id of each row
     batch               RolloutBatch or None: supplies ``logprobs`` when not passed directly
-    model               the policy that sampled ``batch`` (the trainer passes it): when no
-                                  ``sum_pi_sq`` is given (the trainer passes ``batch.extras``,
-                                  where the ``"otb_policy"`` sampler puts it), it is computed
-                                  from ``model`` on ``batch``, so any sampler combines with OTB
-    logprobs            ``(B,T)`` log pi_old(y_t) at the sampling temperature
-    sum_pi_sq           ``(B,T)`` sum_v pi_old(v)^2 at each position
-    handle_zero_tail    bool      positions past the second-longest response of a group get
-                                  baseline 0 (a lone tail is not baselined against itself)
-    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward-to-go G_t
-    =================== ========= =============================================================
+    model               the policy   that sampled ``batch`` (the trainer passes it): when no
+                                     ``sum_pi_sq`` is given (the trainer passes ``batch.extras``,
+                                     where the ``"otb_policy"`` sampler puts it), it is computed
+                                     from ``model`` on ``batch``, so any sampler combines with OTB
+    logprobs            ``(B,T)``    log pi_old(y_t) at the sampling temperature
+    sum_pi_sq           ``(B,T)``    sum_v pi_old(v)^2 at each position
+    handle_zero_tail    bool         positions past the second-longest response of a group get
+                                     baseline 0 (a lone tail is not baselined against itself)
+    returns                          ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward-to-go G_t
+    =================== ============ =============================================================
     """
     if logprobs is None and batch is not None:
         logprobs = batch.logprobs
@@ -125,11 +125,11 @@ def response_sum_pi_sq(model, input_ids: torch.Tensor, attention_mask: torch.Ten
                        temperature: float = 1.0) -> torch.Tensor:
     """Per-position :math:`\\sum_v \\pi(v)^2` of the response, at the sampling temperature.
 
-    ============== ========== =============================================
+    ============== =========== =============================================
     input_ids      ``(B,P+T)`` prompt (left-padded) then response
     attention_mask ``(B,P+T)`` 1 on real tokens
     returns        ``(B,T)``   sum of squared next-token probabilities
-    ============== ========== =============================================
+    ============== =========== =============================================
     """
     T = int(response_len)
     if not 0 < T < input_ids.shape[1]:
@@ -167,7 +167,7 @@ def per_token_param_grad_sq(model, batch, rows) -> tuple[np.ndarray, np.ndarray]
 
     ======= =========== =====================================================
     rows    ``(k,)``    row indices of ``batch`` to examine
-    returns (true, proxy), each ``(n_tokens,)`` over the valid tokens of those rows
+    returns             (true, proxy), each ``(n_tokens,)`` over the valid tokens of those rows
     ======= =========== =====================================================
     """
     from ..lm.model import logprobs_from_logits

@@ -144,7 +144,7 @@ def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict
     pref_groups ``B``     the preference-group label (hashable) of each row
     history     dict      label -> running statistics (``new_stats()``); not mutated
     decay       float     None: full history (Welford); else EMA with this lambda
-    returns     ``(adv (B,), new_history)``
+    returns               ``(adv (B,), new_history)``
     =========== ========= =========================================================
     """
     if scores.ndim != 1:
@@ -196,7 +196,7 @@ def compute_p_grpo_advantage(token_level_rewards, response_mask, index, examples
     index               ``(B,)``  prompt id of each row (checked, not used)
     examples            ``B``     the Example of each row (``meta[group_key]``)
     state               dict      the trainer's state; holds the history
-    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward
+    returns                       ``(adv, ret)``, both ``(B,T)``; ``ret`` is the reward
     =================== ========= ==============================================
     """
     scores = outcome_scores(token_level_rewards, response_mask)
@@ -405,7 +405,7 @@ def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
     within each group, and a per-group history mean mixes easy and hard prompts. Every arm samples
     G = 2 answers per prompt (so a per-prompt group often has zero variance).
 
-    ================= =================================== =============================================
+    ================= ==================================== =============================================
     steps             ``(E,)``                             evaluation steps (0 = base model)
     curves[arm][tag]  ``(N, E)``                           P(preferred answer) on held-out prompts of tag
     final, auc        ``[arm][tag]``                       mean over seeds at the end / over the run
@@ -415,7 +415,7 @@ def run_pgrpo_experiment(prof=None, seeds: int | None = None, progress: bool = F
     adv_log           ``[tag]`` ``(N, steps, 4)``          P-GRPO's per-step mean advantage, mean reward,
                                                            mu, sigma of the group
     frac_zero_std     ``[arm]`` ``(N, steps)``             share of prompts whose G rewards were equal
-    ================= =================================== =============================================
+    ================= ==================================== =============================================
     """
     from .. import profile as current_profile
     from ..lm.zoo import load_base_model

@@ -206,8 +206,8 @@ def compute_pipo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
     pipo_tokens    ``(B,T)`` on each row: its part's token count in the whole batch
     pipo_seqs      ``(B,T)`` on each row: its part's sequence count in the whole batch
     base_loss      str       registered loss applied to the fresh rows (default PPO-clip)
-    returns        ``(loss, metrics)``: the base loss's metrics plus ``pipo_layback_loss``,
-                   ``pipo_cached_frac`` (share of rows that are cached), ``pipo_coef_abs``
+    returns                  ``(loss, metrics)``: the base loss's metrics plus ``pipo_layback_loss``,
+                             ``pipo_cached_frac`` (share of rows that are cached), ``pipo_coef_abs``
     ============== ========= ===========================================================
     """
     from ..train import call_policy_loss

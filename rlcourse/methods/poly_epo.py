@@ -12,16 +12,16 @@ The polychromic objective used here, ``f(S) = mean_{y in S} r(y) * d(S)`` with `
 distinct strategies in ``S``, is a reconstruction consistent with the abstracts, not the paper's
 equation (no code is public).
 
-=================================  ===========================================================
-:func:`subsets`                    every ``n``-subset of ``range(N)``, ``(C, n)``
-:func:`set_objective`              ``f`` on each subset of each group: mean, max, poly, additive
-:func:`marginal_advantage`         ``mean_{S ni i} f - baseline`` from the subsets' values
-:func:`sampled_marginal_advantage` the same from random subsets (unbiased, for large ``N``)
-:func:`set_advantage`              rewards + strategies -> ``(G, N)`` set advantages
-:func:`pkpo_effective_rewards`     the pass@k weights of PKPO, closed form
-:func:`countdown_strategy`         the strategy of a countdown response: its operator sequence
-estimators ``poly_epo``, ``set_max``  registered; combine with every sampler and loss
-=================================  ===========================================================
+==================================== ===========================================================
+:func:`subsets`                      every ``n``-subset of ``range(N)``, ``(C, n)``
+:func:`set_objective`                ``f`` on each subset of each group: mean, max, poly, additive
+:func:`marginal_advantage`           ``mean_{S ni i} f - baseline`` from the subsets' values
+:func:`sampled_marginal_advantage`   the same from random subsets (unbiased, for large ``N``)
+:func:`set_advantage`                rewards + strategies -> ``(G, N)`` set advantages
+:func:`pkpo_effective_rewards`       the pass@k weights of PKPO, closed form
+:func:`countdown_strategy`           the strategy of a countdown response: its operator sequence
+estimators ``poly_epo``, ``set_max`` registered; combine with every sampler and loss
+==================================== ===========================================================
 
 The chapter's experiments (a multi-strategy bandit and the tiny LM on countdown) are at the end.
 """
@@ -303,7 +303,7 @@ def compute_poly_epo_advantage(token_level_rewards, response_mask, index, batch,
     response_mask       ``(B,T)`` 1 up to and including EOS
     index               ``(B,)``  group id; each group of N samples is one prompt's
     batch, examples               the rollout (its ``texts``) and per-row examples
-    returns             ``(adv, ret)``, both ``(B,T)``
+    returns                       ``(adv, ret)``, both ``(B,T)``
     =================== ========= ===============================================
 
     ``subset_size`` n defaults to ``N // 2`` (4 for N = 8); ``objective="additive"`` gives

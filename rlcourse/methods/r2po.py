@@ -56,10 +56,10 @@ class RolloutHead(torch.nn.Module):
     exactly at the start and ``W_2`` gets a gradient at once (with both layers at zero neither
     would ever get one). ``init="authors"``: both ``N(0, 1e-6)`` (the authors' ``random_init``).
 
-    ======  ===========  ==========================================
-    h       ``(..., d)``  last hidden state (after the final norm)
-    return  ``(..., V)``  the residual added to the logits
-    ======  ===========  ==========================================
+    ====== ============ ==========================================
+    h      ``(..., d)`` last hidden state (after the final norm)
+    return              ``(..., V)``  the residual added to the logits
+    ====== ============ ==========================================
     """
 
     def __init__(self, hidden: int, vocab: int, width: int | None = None, init: str = "zero_last", seed: int = 0):
@@ -113,12 +113,12 @@ def head_log_ratio(logits: torch.Tensor, delta: torch.Tensor, tokens: torch.Tens
     log of the corrected weight, from the two logit vectors (tempered: ``logits = z / T``,
     ``delta = f / T``).
 
-    ======  ===========  ====================================
-    logits  ``(..., V)``  inference logits
-    delta   ``(..., V)``  the head's residual
-    tokens  ``(...,)``    long, the drawn tokens
-    return  ``(...,)``    float64 log ratio
-    ======  ===========  ====================================
+    ====== ============ ====================================
+    logits ``(..., V)`` inference logits
+    delta  ``(..., V)`` the head's residual
+    tokens ``(...,)``   long, the drawn tokens
+    return ``(...,)``   float64 log ratio
+    ====== ============ ====================================
     """
     check_same_shape(logits=logits, delta=delta)
     if tokens.shape != logits.shape[:-1]:
@@ -234,8 +234,8 @@ def compute_r2po_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
     advantages         ``(B,T)``
     response_mask      ``(B,T)``
     behaviour_logprob  ``(B,T)`` ``log mu(y_t)`` of the drawn tokens, or None
-    returns            ``(loss, metrics)``: the vanilla metrics plus ``r2po_is_weight``
-                       (mean w) and ``r2po_is_weight_max``
+    returns                      ``(loss, metrics)``: the vanilla metrics plus ``r2po_is_weight``
+                                 (mean w) and ``r2po_is_weight_max``
     ================== ========= =================================================
     """
     if is_level not in ("token", "sequence"):

@@ -17,7 +17,7 @@ direction the others already cover (a repeat) and large for a new one. Two uses:
   combines with any registered estimator and loss by name.
 
 The task ``"repexp_divisor"`` has several modes (which small prime the answer names) and a most likely
-mode that is wrong on about 40% of prompts; :mod:`rlcourse.methods.repexp_runs` holds the chapter's
+mode that is wrong on about 40% of prompts; :func:`run_inference` and :func:`run_rl` are the chapter's
 experiments.
 """
 from __future__ import annotations
@@ -98,7 +98,7 @@ def sparse_projection(d: int, k: int, generator: torch.Generator, density: float
     ``E[P P^T] = I_d``: inner products are preserved in expectation.
 
     ====== ======= ====================================
-    return ``(d,k)`` float32 projection, ``phi = h @ P``
+    return         ``(d,k)`` float32 projection, ``phi = h @ P``
     ====== ======= ====================================
     """
     if d < 1 or k < 1:
@@ -153,11 +153,11 @@ def sherman_morrison(inv: torch.Tensor, phi: torch.Tensor, sign: float = 1.0) ->
     """``(A + sign * phi phi^T)^{-1}`` from ``inv = A^{-1}`` in O(k^2) (Sherman-Morrison):
     ``A^{-1} - sign * A^{-1} phi phi^T A^{-1} / (1 + sign * phi^T A^{-1} phi)``.
 
-    ====== ======= ===========================
+    ====== ========= ===========================
     inv    ``(k,k)`` symmetric ``A^{-1}``
     phi    ``(k,)``  the rank-one direction
-    return ``(k,k)`` the updated inverse
-    ====== ======= ===========================
+    return           ``(k,k)`` the updated inverse
+    ====== ========= ===========================
     """
     if inv.ndim != 2 or inv.shape[0] != inv.shape[1] or phi.shape != inv.shape[:1]:
         raise ValueError(f"sherman_morrison: inv {tuple(inv.shape)} must be (k,k) and phi {tuple(phi.shape)} (k,)")
@@ -172,10 +172,10 @@ def covariance_inverse(phi: torch.Tensor, lam: float) -> torch.Tensor:
     """``(lam I + sum_j phi_j phi_j^T)^{-1}`` by one Sherman-Morrison update per row, from ``I/lam``, in
     float64 (the authors' worker does the same).
 
-    ====== ======= ===========================
+    ====== ========= ===========================
     phi    ``(n,k)`` features
-    return ``(k,k)`` float64 inverse
-    ====== ======= ===========================
+    return           ``(k,k)`` float64 inverse
+    ====== ========= ===========================
     """
     phi = _check_phi(phi, lam)
     inv = torch.eye(phi.shape[1], dtype=torch.float64) / lam
@@ -189,12 +189,12 @@ def elliptical_bonus(phi: torch.Tensor, lam: float = 0.01, kind: str = "leverage
     covariance ``Sigma = lam I + sum_j phi_j phi_j^T``. ``center`` first subtracts the group mean (the
     authors' non-persistent setting).
 
-    ============ ========= ==========================================================
-    phi          ``(n,k)`` the group's features
+    ============ =============== ==========================================================
+    phi          ``(n,k)``       the group's features
     kind         ``"leverage"``: ``phi_i^T Sigma^{-1} phi_i`` (in [0, 1)); ``"loo"``: against
-                           ``Sigma - phi_i phi_i^T`` (= leverage / (1 - leverage))
-    return       ``(n,)``  float64 bonuses
-    ============ ========= ==========================================================
+                                 ``Sigma - phi_i phi_i^T`` (= leverage / (1 - leverage))
+    return       ``(n,)``        float64 bonuses
+    ============ =============== ==========================================================
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -423,12 +423,12 @@ def sample_pool(model, tokenizer, examples: Sequence[Example], M: int, seed: int
     """``M`` samples per prompt at temperature 1, their correctness, modes and features (the same model's
     mean hidden states, projected to ``dim`` by one fixed sparse projection).
 
-    ======= ============ ==================================
-    correct ``(P,M)``    1 where the sample is correct
+    ======= ============= ==================================
+    correct ``(P,M)``     1 where the sample is correct
     phi     ``(P,M,dim)`` float64 projected features
-    modes   ``P x M``    each sample's mode (None: malformed)
-    texts   ``P x M``    the responses
-    ======= ============ ==================================
+    modes   ``P x M``     each sample's mode (None: malformed)
+    texts   ``P x M``     the responses
+    ======= ============= ==================================
     """
     from ..lm.sampling import sample
     task, gen = Divisor(), torch.Generator().manual_seed(seed)

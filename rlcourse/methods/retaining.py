@@ -91,9 +91,9 @@ def mixture_score(x: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndar
     ========= ========= ===============================================================
     x         ``(n,)``  points
     theta     ``(5,)``  ``pi1, mu1, sigma1, mu2, sigma2``
-    returns   q ``(n,)``, score ``(n, 5)``: ``d log q(x) / d theta``; with the responsibility
-              ``r1 = pi1 N1 / q`` the rows are ``(N1 - N2)/q``, ``r1 (x - mu1)/s1^2``,
-              ``r1 ((x - mu1)^2/s1^3 - 1/s1)``, and the same with ``r2 = 1 - r1`` for component 2
+    returns             q ``(n,)``, score ``(n, 5)``: ``d log q(x) / d theta``; with the responsibility
+                        ``r1 = pi1 N1 / q`` the rows are ``(N1 - N2)/q``, ``r1 (x - mu1)/s1^2``,
+                        ``r1 ((x - mu1)^2/s1^3 - 1/s1)``, and the same with ``r2 = 1 - r1`` for component 2
     ========= ========= ===============================================================
     """
     x = np.asarray(x, dtype=float)
@@ -295,7 +295,7 @@ def compute_self_sft_advantage(token_level_rewards: torch.Tensor, response_mask:
     token_level_rewards ``(B,T)`` outcome reward on the last valid token
     response_mask       ``(B,T)`` 1 up to and including EOS
     index               ``(B,)``  group ids (unused: each row stands alone)
-    returns             ``(adv, ret)``, both ``(B,T)``; ``ret`` is the 0/1 acceptance
+    returns                       ``(adv, ret)``, both ``(B,T)``; ``ret`` is the 0/1 acceptance
     =================== ========= ============================================
     """
     if token_level_rewards.shape != response_mask.shape:

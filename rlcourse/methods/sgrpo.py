@@ -10,12 +10,13 @@ policy gradient. Everything else here (the sampler that *replaces* one failed sa
 demonstration, the log-probs recomputed under the current policy so the importance ratio starts at 1,
 the closed forms) is the course's reconstruction.
 
-Registered parts
-============ =============== ==============================================================
-``s_grpo``   sampler         G samples per prompt; in an all-fail group the last sample is
-                             replaced by the prompt's demonstration (reward 1)
-``sg_sortadd`` task          pre-training mixture of ``sort`` and ``addition``
-============ =============== ==============================================================
+Registered parts:
+
+============== =============== ==============================================================
+``s_grpo``     sampler         G samples per prompt; in an all-fail group the last sample is
+                               replaced by the prompt's demonstration (reward 1)
+``sg_sortadd`` task            pre-training mixture of ``sort`` and ``addition``
+============== =============== ==============================================================
 """
 from __future__ import annotations
 

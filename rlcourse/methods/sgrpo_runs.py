@@ -146,12 +146,12 @@ def gains_and_forgetting(res: dict) -> dict:
     """Per seed: each arm's final gain on addition and forgetting of sort (base minus final), and SFT's
     forgetting at S-GRPO's gain read off the SFT frontier (:func:`sft_forgetting_at`).
 
-    ============= ======= ==================================================
+    ============= ======== ==================================================
     gain[arm]     ``(N,)`` final addition accuracy minus the base model's
     forget[arm]   ``(N,)`` base sort accuracy minus the final one
     sft_matched   ``(N,)`` SFT's forgetting at S-GRPO's gain
     matched       ``(N,)`` whether some SFT run reached that gain
-    ============= ======= ==================================================
+    ============= ======== ==================================================
     """
     b = res["base"]
     out = {"gain": {}, "forget": {}}

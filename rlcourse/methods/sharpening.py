@@ -10,15 +10,15 @@ course's reconstruction, consistent with the abstract.
 
 Parts registered here:
 
-====================  ========  ===========================================================================
-``base_loglik``       reward    log pi_base(y | x) under the frozen base (the loop's ``ref_model``, else a
-                              copy of the policy taken at step 1); ``normalize="sum"`` or ``"mean"``
-``self_loglik``       reward    log pi_theta(y | x) under the current policy (the -H objective)
-``self_certainty``    reward    mean over tokens of KL(U || pi_theta(. | x, y_<t)), a confidence score
-                              of the current policy (the form used by reward-free "self-certainty" RL)
-``addition_dropcarry``  task    two-digit addition whose demonstrations drop every carry with
-                              probability 1/2 on prompts that have a carry (a systematic error mode)
-====================  ========  ===========================================================================
+====================== =========== ===========================================================================
+``base_loglik``        reward      log pi_base(y | x) under the frozen base (the loop's ``ref_model``, else a
+                       copy        of the policy taken at step 1); ``normalize="sum"`` or ``"mean"``
+``self_loglik``        reward      log pi_theta(y | x) under the current policy (the -H objective)
+``self_certainty``     reward      mean over tokens of KL(U || pi_theta(. | x, y_<t)), a confidence score
+                       of          the current policy (the form used by reward-free "self-certainty" RL)
+``addition_dropcarry`` task        two-digit addition whose demonstrations drop every carry with
+                       probability 1/2 on prompts that have a carry (a systematic error mode)
+====================== =========== ===========================================================================
 
 The exact pieces (Gibbs optimum, power distribution, the autoregressive length toy, the covariance form of
 the accuracy derivative, the -H gradient, the softmax toy of the three regimes) are the functions at the

@@ -137,22 +137,22 @@ def compute_turn_ppo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, ad
     ``normalizer="none"``, exactly the ``"vanilla"`` loss); ``turn_index=None`` makes the whole response
     one turn.
 
-    ============== ========= ====================================================
-    old_log_prob   ``(B,T)`` behaviour log-probs (no gradient)
-    log_prob       ``(B,T)`` current log-probs (gradient)
-    advantages     ``(B,T)`` per-token advantages
-    response_mask  ``(B,T)`` 1 on the agent's tokens; 0 on environment replies and padding
-    turn_index     ``(B,T)`` long, from the sampler's ``batch.extras["turn_index"]``
-    global_tokens  float     the whole batch's loss tokens (the loop passes it); with
+    ============== ===================== ====================================================
+    old_log_prob   ``(B,T)``             behaviour log-probs (no gradient)
+    log_prob       ``(B,T)``             current log-probs (gradient)
+    advantages     ``(B,T)``             per-token advantages
+    response_mask  ``(B,T)``             1 on the agent's tokens; 0 on environment replies and padding
+    turn_index     ``(B,T)``             long, from the sampler's ``batch.extras["turn_index"]``
+    global_tokens  float                 the whole batch's loss tokens (the loop passes it); with
                    ``normalizer="mass"`` a call that sees fewer (a micro-batch, one process of
-                   several, or the rows left after zero-advantage rows were skipped) is refused
-                   with a ValueError, since the share of ``|A|`` in range would then be the part's,
-                   not the batch's (under ``loss_type="bnpo"`` the loop passes none: that loss
-                   type defines each micro-batch as its own batch, and so does the mass)
-    returns        ``(loss, metrics)``: scalar and floats ``pg_clipfrac`` (share of tokens whose
-                   clip is active), ``ratio_out_frac`` (share whose ratio is outside the range),
-                   ``norm_mean`` (mean normaliser), ``ppo_kl``, ``ratio_mean``
-    ============== ========= ====================================================
+                   several, or           the rows left after zero-advantage rows were skipped) is refused
+                   with a ValueError,    since the share of ``|A|`` in range would then be the part's,
+                   not the batch's       (under ``loss_type="bnpo"`` the loop passes none: that loss
+                   type defines          each micro-batch as its own batch, and so does the mass)
+    returns                              ``(loss, metrics)``: scalar and floats ``pg_clipfrac`` (share of tokens whose
+                                         clip is active), ``ratio_out_frac`` (share whose ratio is outside the range),
+                                         ``norm_mean`` (mean normaliser), ``ppo_kl``, ``ratio_mean``
+    ============== ===================== ====================================================
     """
     check_same_shape(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,
                      response_mask=response_mask)
@@ -269,7 +269,7 @@ def play_lock(logits: torch.Tensor, codes: torch.Tensor, cfg: LockConfig, gen: t
 
     ============== ================= ===============================================
     logits         ``(C,D,n,V)``     the (behaviour) policy
-    returns        dict of tensors, ``B = C * G`` rows, ``T = max_turns * n`` tokens:
+    returns                          dict of tensors, ``B = C * G`` rows, ``T = max_turns * n`` tokens:
     tokens         ``(B,T)`` long    the symbols typed (0 after the episode ended)
     door           ``(B,T)`` long    the door each token was typed at
     position       ``(B,T)`` long    the token's position in its turn

@@ -70,7 +70,7 @@ def shared_strategy_objective(z: np.ndarray, c1: float) -> tuple[float, np.ndarr
 
     ====== ======== ====================================================
     z      ``(2,)`` shared logits
-    return         ``(J, dJ/dz)``; ``dJ/dz_1 = pi_1 pi_2 (c1 - c2) = -dJ/dz_2``
+    return          ``(J, dJ/dz)``; ``dJ/dz_1 = pi_1 pi_2 (c1 - c2) = -dJ/dz_2``
     ====== ======== ====================================================
     """
     if not 0.0 <= c1 <= 1.0:

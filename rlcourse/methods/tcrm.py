@@ -675,7 +675,7 @@ def tcrm_gae(token_level_rewards, response_mask, batch, examples, state, gamma: 
     =================== ========= ==========================================
     token_level_rewards ``(B,T)`` outcome (e.g. ``tcrm_score``) on the last token
     response_mask       ``(B,T)`` 1 up to and including EOS
-    returns             ``(adv, ret)``, both ``(B,T)``
+    returns                       ``(adv, ret)``, both ``(B,T)``
     =================== ========= ==========================================
 
     With ``r_T = v(h_T)``, ``gamma = 1`` and ``lam = 1``, the advantage of token ``t`` is

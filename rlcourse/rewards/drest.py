@@ -38,14 +38,14 @@ def check_lam(lam: float) -> float:
 def drest_reward(counts: np.ndarray, L: int, c: float, m: np.ndarray, lam: float) -> float:
     """The DReST reward of one mini-episode, given the length counts of the earlier ones.
 
-    ======= ======= ===========================================================
+    ======= ======== ===========================================================
     counts  ``(k,)`` n_e(l): earlier mini-episodes of this meta-episode per class
     L       int      the length class of this mini-episode, in [0, k)
     c       float    coins (task reward) collected in this mini-episode
     m       ``(k,)`` m(l): the most coins attainable in class l (> 0)
     lam     float    discount base in (0, 1]; 1 switches the length penalty off
     returns float    lam ** (counts[L] - counts.mean()) * c / m[L]
-    ======= ======= ===========================================================
+    ======= ======== ===========================================================
     """
     m, lam = _check_m(m), check_lam(lam)
     counts = np.asarray(counts, dtype=np.float64)
@@ -62,8 +62,8 @@ def earlier_counts(lengths: np.ndarray, k: int) -> np.ndarray:
     """n_e(l): how many of mini-episodes 0..e-1 of each meta-episode fell in class l.
 
     ======= ========== ==========================================
-    lengths ``(N,E)``   int length class of mini-episode e, in [0, k)
-    returns ``(N,E,k)`` float64 counts; row e sums to e
+    lengths ``(N,E)``  int length class of mini-episode e, in [0, k)
+    returns            ``(N,E,k)`` float64 counts; row e sums to e
     ======= ========== ==========================================
     """
     lengths = np.asarray(lengths)
@@ -119,11 +119,11 @@ def drest_meta_rewards(lengths: np.ndarray, coins: np.ndarray, m: np.ndarray, la
                        normalise: bool = True) -> np.ndarray:
     """DReST rewards of whole meta-episodes, ``w_e * c_e`` (see :func:`drest_weights`).
 
-    ======= ======== ==================================
+    ======= ========= ==================================
     lengths ``(N,E)`` int length class of each mini-episode
     coins   ``(N,E)`` coins collected in each mini-episode
-    returns ``(N,E)`` float64 rewards
-    ======= ======== ==================================
+    returns           ``(N,E)`` float64 rewards
+    ======= ========= ==================================
     """
     coins = np.asarray(coins, dtype=np.float64)
     if coins.shape != np.shape(lengths):
@@ -146,10 +146,10 @@ def neutrality(p: np.ndarray) -> float:
 
     0 for a deterministic choice of length, log2(k) for the uniform choice (1 bit for k = 2).
 
-    ======= ======= ==========================
+    ======= ======== ==========================
     p       ``(k,)`` probabilities, summing to 1
     returns float    -sum_l p_l log2 p_l
-    ======= ======= ==========================
+    ======= ======== ==========================
     """
     p = np.asarray(p, dtype=np.float64)
     if p.ndim != 1 or np.any(p < 0) or abs(p.sum() - 1.0) > 1e-9:
@@ -188,12 +188,12 @@ def expected_meta_return(q: np.ndarray, E: int, lam: float, value: np.ndarray | 
 
         R(q) = sum_{e<E} lam ** (-e/k) * sum_l q_l * value_l * (1 - q_l (1 - lam)) ** e.
 
-    ======= ======= ==============================================
+    ======= ======== ==============================================
     q       ``(k,)`` the agent's length distribution
     E       int      mini-episodes per meta-episode
     value   ``(k,)`` preliminary reward earned in class l (default 1)
     returns float    expected sum of the E DReST rewards
-    ======= ======= ==============================================
+    ======= ======== ==============================================
     """
     q = np.asarray(q, dtype=np.float64)
     neutrality(q)  # validates q

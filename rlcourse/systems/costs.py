@@ -70,10 +70,10 @@ def sample_lengths(z: np.ndarray, mean: float, sigma: float, max_len: int) -> np
     with the same (unclipped) mean. Passing the same standard-normal draws ``z`` for every ``sigma``
     gives common random numbers across a sweep.
 
-    ======= ======== ==========================================
+    ======= ========= ==========================================
     z       ``(...)`` standard-normal draws
-    returns ``(...)`` int64 lengths in ``[1, max_len]``
-    ======= ======== ==========================================
+    returns           ``(...)`` int64 lengths in ``[1, max_len]``
+    ======= ========= ==========================================
     """
     z = np.asarray(z, dtype=float)
     if not np.all(np.isfinite(z)):
@@ -94,12 +94,12 @@ def decode_time(lengths, decode_step: float, decode_per_seq: float) -> float:
     At step ``t`` the ``n_t = #{i : L_i >= t}`` unfinished sequences each emit one token, and the
     step takes ``a + b n_t``; summing over ``t = 1..max L`` gives the closed form.
 
-    ============== ====== =============================================
+    ============== ======== =============================================
     lengths        ``(n,)`` response lengths in tokens
     decode_step    ``a``    fixed cost of one decode step
     decode_per_seq ``b``    extra cost per active sequence per step
     returns        scalar   decode time of the batch
-    ============== ====== =============================================
+    ============== ======== =============================================
     """
     L = _as_lengths(lengths)
     return float(decode_step * L.max() + decode_per_seq * L.sum())
@@ -163,10 +163,10 @@ def split_tail(lengths, tau: int) -> tuple[int, np.ndarray]:
     sequences); after step ``c`` at most ``tau - 1`` sequences are unfinished, with
     ``R_i = max(L_i - c, 0)`` tokens left.
 
-    ======= ====== =========================================
+    ======= ======== =========================================
     lengths ``(n,)`` response lengths of one shard
-    returns (c, R)  cut step; ``R`` is ``(n,)`` remaining tokens
-    ======= ====== =========================================
+    returns (c, R)   cut step; ``R`` is ``(n,)`` remaining tokens
+    ======= ======== =========================================
     """
     L = _as_lengths(lengths)
     if not isinstance(tau, (int, np.integer)) or tau < 1:
