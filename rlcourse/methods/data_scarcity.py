@@ -100,14 +100,11 @@ PLACEMENTS = {
     "book/epm_rl": Placement(_T, "reward engineering", "a composite reward (format, label, judge) after parameter-efficient SFT"),
     "book/data_scarcity": Placement(_O, "", "this map, and the comparison of the data-centric choosers"),
 }
-# chapters written in this session that may not be in the table of contents yet (this one joins it
-# with its first commit): placed, so they need no edit here when they arrive, but not required
-ANNOUNCED = ("book/epm_rl", "book/data_scarcity")
 
 
-def check_map(toc_stems: list[str], placements: dict | None = None, announced: tuple = ANNOUNCED) -> None:
+def check_map(toc_stems: list[str], placements: dict | None = None) -> None:
     """Raise ValueError unless every ``book/`` chapter of ``toc_stems`` is placed exactly once, every
-    placed stem is a chapter (or announced), and every placement names a real branch and leaf."""
+    placed stem is a chapter, and every placement names a real branch and leaf."""
     placements = PLACEMENTS if placements is None else placements
     chapters = [s for s in toc_stems if s.startswith("book/")]
     dup = sorted({s for s in chapters if chapters.count(s) > 1})
@@ -116,7 +113,7 @@ def check_map(toc_stems: list[str], placements: dict | None = None, announced: t
     missing = sorted(set(chapters) - set(placements))
     if missing:
         raise ValueError(f"chapters not placed in the data-scarcity map: {missing} (add them to PLACEMENTS)")
-    extra = sorted(set(placements) - set(chapters) - set(announced))
+    extra = sorted(set(placements) - set(chapters))
     if extra:
         raise ValueError(f"the map places stems that are no chapter of the table of contents: {extra}")
     for stem, p in placements.items():

@@ -252,8 +252,8 @@ def sizes(prof: Profile | None = None) -> dict:
     return dict(lm=lm, base_steps=prof.pick(smoke=20, book=500), base_lr=2e-3, lora_r=8, lora_alpha=16,
                 sft_steps=prof.pick(smoke=4, book=100), sft_batch=prof.pick(smoke=8, book=32), sft_lr=3e-3,
                 full_lr=1e-3, control_sft_steps=prof.pick(smoke=2, book=25),
-                rl_steps=prof.pick(smoke=2, book=30), prompts=prof.pick(smoke=2, book=8),
-                G=prof.pick(smoke=4, book=8), rl_lr=1e-3, noises=(0.2, 0.7),
+                rl_steps=prof.pick(smoke=2, book=80), prompts=prof.pick(smoke=2, book=8),
+                G=prof.pick(smoke=4, book=8), rl_lr=3e-4, noises=(0.2, 0.7),
                 eval_prompts=prof.pick(smoke=16, book=256), weights={"w_format": 0.2, "w_label": 1.0, "w_judge": 0.5})
 
 
