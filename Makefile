@@ -25,12 +25,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Execute every chapter in the book profile and build the HTML into _build/html.
-# The execution cache means a second run re-executes only the chapters that changed.
+# scripts/execute_book.py executes the chapters JOBS at a time (default: one per core) into the
+# execution cache, which Jupyter Book then reads; a second run re-executes only the chapters that changed.
 # Chapters record their verdicts in _build/ledger; reports/reproduction.md (always re-executed, and
 # read last) turns them into the "Reproduction status" page.
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+# per-cell limit of that step: the advantages chapter's race (nine 300-step runs) can pass the 900 s of
+# _config.yml (which a single-chapter build keeps) when two chapters share two cores
+BOOK_TIMEOUT ?= 1800
+BOOK_ENV = RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE)
 book: $(STAMP)
+	$(BOOK_ENV) $(PY) scripts/execute_book.py --jobs $(JOBS) --timeout $(BOOK_TIMEOUT)
 	touch reports/papers.md reports/syllabus.md reports/reproduction.md  # Sphinx re-reads (and so re-executes) only files that changed
-	RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(BOOK_ENV) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
 # Unit tests, then every chapter and capstone executed in the smoke profile.
 test: $(STAMP)
