@@ -12,7 +12,8 @@ notebook") and only renders. A chapter whose source changed hashes differently a
 that did not is skipped, so a second ``make book`` executes only what changed.
 
 The kernels inherit this process's environment (``RLCOURSE_PROFILE``, ``RLCOURSE_LEDGER``,
-``MPLBACKEND``: the Makefile sets them for both steps). Exits 1, naming the chapters, if any failed;
+``MPLBACKEND``: the Makefile sets them for both steps), and ``OMP_NUM_THREADS`` = cores / jobs unless
+it is set. Exits 1, naming the chapters, if any failed;
 the others stay cached.
 """
 from __future__ import annotations
@@ -121,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         except KeyError:
             todo.append(path)
     print(f"{len(chapters) - len(todo)} chapters cached, {len(todo)} to execute with {args.jobs} workers", flush=True)
+    # chapters side by side must not each start one BLAS/OpenMP thread per core: oversubscribed, their
+    # threads spin against each other (a chapter of 2 minutes took over 20 with two on two cores)
+    threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, threads)
     failed, start = [], time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = [pool.submit(_execute, (str(p), timeout)) for p in todo]
