@@ -121,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             cache.match_cache_notebook(read_notebook(path)[0])
         except KeyError:
             todo.append(path)
+    # the longest first (by the time an earlier version took, where the cache has one), so that a long
+    # chapter does not start last and run alone
+    took = {r.uri: (r.data or {}).get("execution_seconds", 0.0) for r in cache.list_cache_records()}
+    todo.sort(key=lambda p: -took.get(str(p), 0.0))
     print(f"{len(chapters) - len(todo)} chapters cached, {len(todo)} to execute with {args.jobs} workers", flush=True)
     # chapters side by side must not each start one BLAS/OpenMP thread per core: oversubscribed, their
     # threads spin against each other (a chapter of 2 minutes took over 20 with two on two cores)
