@@ -25,13 +25,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Execute every chapter in the book profile and build the HTML into _build/html.
-# scripts/execute_book.py executes the chapters JOBS at a time (default: one per core) into the
-# execution cache, which Jupyter Book then reads; a second run re-executes only the chapters that changed.
+# scripts/execute_book.py executes the chapters into the execution cache first (JOBS at a time; every
+# failure listed, the chapters that succeeded kept), which Jupyter Book then reads; a second run
+# re-executes only the chapters that changed.
 # Chapters record their verdicts in _build/ledger; reports/reproduction.md (always re-executed, and
 # read last) turns them into the "Reproduction status" page.
-JOBS ?= $(shell nproc 2>/dev/null || echo 1)
-# per-cell limit of that step: the advantages chapter's race (nine 300-step runs) can pass the 900 s of
-# _config.yml (which a single-chapter build keeps) when two chapters share two cores
+# JOBS > 1 is for machines with cores to spare. On 2 cores it was slower in the one try made: with the
+# advantages chapter (and its two worker processes) beside it, the lab, 141 s alone, ran over 20 minutes
+JOBS ?= 1
+# per-cell limit of that step: the advantages chapter's race (nine 300-step runs) passed the 900 s of
+# _config.yml (which a build without this step keeps) in a fresh-clone make book at load ~3
 BOOK_TIMEOUT ?= 1800
 BOOK_ENV = RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE)
 book: $(STAMP)

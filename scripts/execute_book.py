@@ -2,8 +2,8 @@
 
     python scripts/execute_book.py [--jobs N] [--timeout S] [--only STEM ...]
 
-Jupyter Book 1 executes notebooks one after another while Sphinx reads them, so ``make book`` would
-use one core of a machine that has several. This script does the execution part first: every chapter
+Jupyter Book 1 executes notebooks one after another while Sphinx reads them, and stops the build at
+the first chapter that fails. This script does the execution part first: every chapter
 of ``_toc.yml`` that is a notebook (and has no ``mystnb.execution_mode`` of its own, as the generated
 report pages do) and is not in the cache yet is executed in one of ``--jobs`` worker processes and
 stored in ``_build/.jupyter_cache`` exactly as myst-nb stores it (same reader, same executor, same
@@ -98,7 +98,7 @@ def _execute(job: tuple[str, int]) -> tuple[str, str | None, float, str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: cores)")
+    parser.add_argument("--jobs", type=int, default=1, help="chapters executed at once (default 1)")
     parser.add_argument("--timeout", type=int, help="per-cell timeout in seconds (default: _config.yml's)")
     parser.add_argument("--only", nargs="*", help="stems to execute (default: every chapter)")
     args = parser.parse_args(argv)
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     took = {r.uri: (r.data or {}).get("execution_seconds", 0.0) for r in cache.list_cache_records()}
     todo.sort(key=lambda p: -took.get(str(p), 0.0))
     print(f"{len(chapters) - len(todo)} chapters cached, {len(todo)} to execute with {args.jobs} workers", flush=True)
-    # chapters side by side must not each start one BLAS/OpenMP thread per core: oversubscribed, their
-    # threads spin against each other (a chapter of 2 minutes took over 20 with two on two cores)
+    # chapters side by side must not each start one BLAS/OpenMP thread per core (oversubscribed threads
+    # spin against each other)
     threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, threads)
