@@ -28,24 +28,10 @@ from pathlib import Path
 import nbformat
 import yaml
 
+from rlcourse.catalogue import toc_stems  # the chapters of _toc.yml (book/ and notebooks/), in order
+
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "_build" / ".jupyter_cache"
-
-
-def toc_stems(root: Path = ROOT) -> list[str]:
-    """Every file of ``_toc.yml``, root first, in the book's order."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    stems = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                stems.append(entry["file"])
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return stems
 
 
 def front_matter(text: str) -> dict:
@@ -55,8 +41,8 @@ def front_matter(text: str) -> dict:
 
 
 def executable_chapters(root: Path = ROOT) -> list[Path]:
-    """The toc's notebooks (jupytext front matter) that the cache serves: not those that set their
-    own ``mystnb.execution_mode`` (the report pages, re-executed by every build)."""
+    """The toc's chapters that are notebooks (jupytext front matter) and leave execution to the cache
+    (none sets its own ``mystnb.execution_mode``; the report pages, which do, are not chapters)."""
     out = []
     for stem in toc_stems(root):
         path = root / f"{stem}.md"
