@@ -1,7 +1,8 @@
 """RepExp: the elliptical bonus and its Sherman-Morrison updates against direct inverses (float64),
 leave-one-out = leverage / (1 - leverage), greedy elliptical selection = greedy log-det, a repeated
 sample's small bonus, the sparse projection's E[P P^T] = I by Monte Carlo, the random order's expected
-verifier calls by Monte Carlo, the divisor task, and the registered sampler in the Trainer (scores =
+verifier calls by Monte Carlo, the limit bonus of the commonest mode under centred one-hot features
+against a direct inverse, the divisor task, and the registered sampler in the Trainer (scores =
 reward + beta * bonus, frozen features, exact resume)."""
 import copy
 import inspect
@@ -13,7 +14,7 @@ import torch
 
 import rlcourse
 from rlcourse.lm.model import position_ids_from_mask
-from rlcourse.methods.repexp import (Divisor, covariance_inverse, elliptical_bonus, elliptical_order, group_bonus,
+from rlcourse.methods.repexp import (Divisor, centred_onehot_limit, covariance_inverse, elliptical_bonus, elliptical_order, group_bonus,
                                      mean_response_hidden, normalize_bonus, planted_features,
                                      random_pass_at_k, random_samples_to_first_correct, response_mode,
                                      samples_to_first_correct, selected_pass_at_k, sherman_morrison,
@@ -102,6 +103,37 @@ def test_selection_picks_outliers_before_duplicates():
     phi = torch.cat([cluster, outliers]).double()
     order = elliptical_order(phi, lam=0.01, k=4)
     assert sorted(order[:4]) == sorted([order[0], 10, 11, 12]) and order[0] < 10
+
+
+def test_centred_onehot_limit_and_the_planted_order():
+    """The proposition of the chapter: with centred one-hots, after one sample of every other mode the
+    last mode's bonus tends to sum_{j != K} s_j^2 / s_K^2 and a repeat's to 1 (checked against the direct
+    inverse at a tiny ridge); the centred order then verifies repeats before the commonest mode, and the
+    uncentred one visits every mode within its first K picks."""
+    shares = np.array([0.5, 0.25, 0.15, 0.1])
+    eye = torch.eye(4, dtype=torch.float64)
+    u = eye - torch.as_tensor(shares)  # row j: the centred feature of mode j
+    for last in range(4):
+        picked = torch.stack([u[j] for j in range(4) if j != last])
+        inv = _direct(picked, 1e-9)
+        bonus_last = float(u[last] @ inv @ u[last])
+        assert math.isclose(bonus_last, centred_onehot_limit(shares, last), rel_tol=1e-5)
+        repeat = picked[0]
+        assert math.isclose(float(repeat @ inv @ repeat), 1.0, rel_tol=1e-5)
+    assert centred_onehot_limit(shares, 0) < 1 < centred_onehot_limit(shares, 3)
+    texts = ["2:"] * 10 + ["3:"] * 5 + ["5:"] * 3 + ["7:"] * 2
+    phi = planted_features(texts)
+    for centre, ok in ((True, lambda pos: pos > 4), (False, lambda pos: pos <= 4)):
+        order = elliptical_order(phi, 1e-4, center=centre)
+        first_of_2 = min(order.index(i) for i in range(10)) + 1
+        assert ok(first_of_2), (centre, order)
+        if not centre:
+            assert {texts[i] for i in order[:4]} == set(texts)
+    for bad in ([0.5, 0.5, 0.1], [1.0], [0.6, 0.4, 0.0]):
+        with pytest.raises(ValueError, match="shares"):
+            centred_onehot_limit(bad, 0)
+    with pytest.raises(ValueError, match="last"):
+        centred_onehot_limit([0.5, 0.5], 2)
 
 
 def test_random_order_expected_calls_monte_carlo():

@@ -322,6 +322,20 @@ def planted_features(texts: Sequence[str], dim: int = 16) -> torch.Tensor:
     return phi
 
 
+def centred_onehot_limit(shares: Sequence[float], last: int) -> float:
+    """The bonus, as ``lam -> 0``, of a sample of mode ``last`` under the elliptical order on *centred*
+    one-hot features, once one sample of every other mode has been picked:
+    ``sum_{j != last} s_j^2 / s_last^2`` for the pool's mode shares ``s`` (positive, summing to 1). A
+    second sample of a picked mode has bonus 1 in the same limit, so when this is below 1 every
+    repeat is verified before the remaining mode (the chapter's proposition)."""
+    s = np.asarray(shares, dtype=float)
+    if s.ndim != 1 or len(s) < 2 or np.any(s <= 0) or not np.isclose(s.sum(), 1.0):
+        raise ValueError(f"shares must be >= 2 positive numbers summing to 1, got {list(s)}")
+    if not 0 <= last < len(s):
+        raise ValueError(f"last must index shares (0..{len(s) - 1}), got {last}")
+    return float((np.delete(s, last) ** 2).sum() / s[last] ** 2)
+
+
 def projection_generator(seed: int, step: int, randomize: bool) -> torch.Generator:
     """The projection's generator: a new matrix every step (the authors' ``randomize_sparse_matrix``)
     or one for the run, from the config's seed alone, so a resumed run draws the same matrices."""
@@ -451,14 +465,19 @@ def sample_pool(model, tokenizer, examples: Sequence[Example], M: int, seed: int
 
 def order_pool(pool: dict, p: int, how: str, lam: float = 0.01) -> list[int] | None:
     """The verifier's order for prompt ``p``: ``"elliptical"`` (hidden features, centred on the pool's
-    mean), ``"planted"`` (the one-hot of the mode: the positive control), ``"random"`` (None: its
-    metrics are exact expectations)."""
+    mean), ``"planted"`` (the one-hot of the mode, *not* centred: the positive control), ``"random"``
+    (None: its metrics are exact expectations).
+
+    The planted features are left uncentred because centred one-hots are linearly dependent (the
+    pool's shares weight them to zero), which sends the pool's commonest mode to the end of the order
+    (:func:`centred_onehot_limit`); uncentred, the order is "one sample of every mode, then repeats",
+    the ideal that the control stands for."""
     if how == "random":
         return None
     if how == "elliptical":
         return elliptical_order(pool["phi"][p], lam, center=True)
     if how == "planted":
-        return elliptical_order(planted_features(pool["texts"][p], 16), lam, center=True)
+        return elliptical_order(planted_features(pool["texts"][p], 16), lam, center=False)
     raise ValueError(f"order must be one of {ORDERS}, got {how!r}")
 
 
@@ -515,8 +534,9 @@ def _mode_share(pool: dict) -> dict:
 
 def inference_verdicts(out: dict) -> dict:
     """The test-time claims, over prompts (the paired replicates), margins fixed before the run: fewer
-    verifier calls to the first correct sample (kind ``less``, margin 0) for all prompts, for the hard
-    ones, and for the planted control; a higher pass@4 of the selected samples (``greater``, margin 0)."""
+    verifier calls to the first correct sample (kind ``less``, margin 0) for all prompts and for the hard
+    ones, each with its planted control (``control``, ``control_hard``); a higher pass@4 of the selected
+    samples (``greater``, margin 0)."""
     from ..claims import Claim, evaluate
     c, h = out["calls"], out["hard"]
     setting = (f"tiny LM pre-trained on repexp_divisor (4 modes, the likeliest wrong on odd n); "
@@ -533,14 +553,18 @@ def inference_verdicts(out: dict) -> dict:
                             "questions", metric="verifier calls to the first correct sample, odd n",
                             method="elliptical order", baseline="random order", kind="less", **common),
         "control": Claim(key="repexp/planted-control", statement="positive control (ours): features that separate "
-                         "the modes exactly", metric="verifier calls to the first correct sample",
+                         "the modes exactly, not centred", metric="verifier calls to the first correct sample",
                          method="planted elliptical order", baseline="random order", kind="less", **common),
+        "control_hard": Claim(key="repexp/planted-control-hard-prompts", statement="positive control (ours): "
+                              "features that separate the modes exactly, not centred, on the prompts whose "
+                              "likeliest mode is wrong", metric="verifier calls to the first correct sample, odd n",
+                              method="planted elliptical order", baseline="random order", kind="less", **common),
         "pass4": Claim(key="repexp/selected-pass-at-4", statement="representation-based diversity consistently "
                        "improves pass@k rates", metric="pass@4 of the first 4 samples verified",
                        method="elliptical order", baseline="random order", kind="greater", **common),
     }
     sel = {"calls": (c["elliptical"], c["random"]), "calls_hard": (c["elliptical"][h], c["random"][h]),
-           "control": (c["planted"], c["random"]),
+           "control": (c["planted"], c["random"]), "control_hard": (c["planted"][h], c["random"][h]),
            "pass4": (out["passk"]["elliptical"][4], out["passk"]["random"][4])}
     return {k: evaluate(claims[k], *sel[k], seconds=out["seconds"]) for k in claims}
 
