@@ -20,9 +20,17 @@ the repeats. Changed before the next run: the planted features are not centred, 
 comparison has its own control; nothing else. Run of 3 Dec 2026 (`run_inference` in the book profile,
 125 s at load ~3): control holds -1.19 [-2.00, -0.53], odd-n control holds -2.66 [-4.52, -1.20]; the
 hidden-feature order is inconclusive on all prompts (-0.62 [-1.64, 0.25]) and on the 19 odd n (-1.66
-[-3.94, 0.39]), pass@4 of the selected inconclusive (+0.067 [-0.024, 0.155]). RL (2 Dec, 3 seeds):
-pass@1 within 0.05 holds, pass@32 does not hold (+0, every arm at 1.0), distinct correct modes and the
-RL planted control inconclusive.
+[-3.94, 0.39]), pass@4 of the selected inconclusive (+0.067 [-0.024, 0.155]).
+
+RL, first run (2 Dec, 30 steps at 1e-4, 3 seeds): pass@1 within 0.05 holds, pass@32 does not hold (+0,
+every arm at 1.0), distinct correct modes and the RL planted control inconclusive: plain GRPO had not
+narrowed the modes, so there was nothing for a bonus to keep. A sweep on seeds 10-12 (not the
+chapter's; GRPO and the planted arm only; steps {30, 90} x lr {1e-4, 3e-4}) found the collapse only at
+90 steps and 3e-4, and that budget (repexp.RL_STEPS, RL_LR) is used for every arm since. Run of 3 Dec
+2026 (`run_rl`, 88 s): the RL planted control holds (+0.344 distinct modes [0.281, 0.375]); pass@32
+inconclusive (+0.021 [0.0, 0.062]; GRPO 0.74, RepExp 0.76, base 0.969); pass@1 within 0.05 holds;
+distinct modes inconclusive (+0.0 [-0.031, 0.031]). So the RL testbed can show the effect (asserted
+below), and the hidden-feature bonus did not show it.
 """
 import numpy as np
 import pytest
@@ -72,6 +80,7 @@ def test_inference_claims(inference):
 def test_rl_claims(P):
     out = repexp.run_rl(P)
     v = repexp.rl_verdicts(out)
+    assert v["control"].verdict == "holds", v["control"].sentence()  # the RL testbed can show the effect
     for verdict in v.values():
         _consistent(verdict)
         assert verdict.seeds == P.seeds
