@@ -31,6 +31,11 @@ chapter's; GRPO and the planted arm only; steps {30, 90} x lr {1e-4, 3e-4}) foun
 inconclusive (+0.021 [0.0, 0.062]; GRPO 0.74, RepExp 0.76, base 0.969); pass@1 within 0.05 holds;
 distinct modes inconclusive (+0.0 [-0.031, 0.031]). So the RL testbed can show the effect (asserted
 below), and the hidden-feature bonus did not show it.
+
+4 Dec 2026, this file in the book profile (fresh machine, load ~3 with a book build beside it): all three
+tests passed (inference 130 s, the whole file 235 s). The first try failed on this file's own check that
+every inference verdict counts all kept prompts: the odd-n verdicts (added on 3 Dec) count the odd-n
+prompts; the check now says so per verdict.
 """
 import numpy as np
 import pytest
@@ -71,9 +76,10 @@ def test_inference_controls(inference):
 def test_inference_claims(inference):
     out, v = inference
     assert v["calls_hard"].effect < 0, v["calls_hard"].sentence()
-    for verdict in v.values():
+    for name, verdict in v.items():
         _consistent(verdict)
-        assert verdict.seeds == out["kept"]
+        # prompts are the units: every kept prompt, or the kept prompts with odd n for the *_hard claims
+        assert verdict.seeds == (int(out["hard"].sum()) if name.endswith("_hard") else out["kept"]), name
 
 
 @pytest.mark.claims
