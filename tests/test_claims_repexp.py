@@ -36,6 +36,10 @@ below), and the hidden-feature bonus did not show it.
 tests passed (inference 130 s, the whole file 235 s). The first try failed on this file's own check that
 every inference verdict counts all kept prompts: the odd-n verdicts (added on 3 Dec) count the odd-n
 prompts; the check now says so per verdict.
+The chapter in a fresh-clone make book the same day (195 s): inference controls hold (-1.19 [-2.01, -0.54];
+odd n -2.69 [-4.54, -1.23]), the hidden-feature order inconclusive (-0.51 [-1.53, 0.42]; odd n -1.69
+[-3.97, 0.35]); RL planted control holds (+0.344 distinct modes [0.188, 0.438]), pass@32 inconclusive
+(0.740 both), distinct modes inconclusive (-0.021 [-0.094, 0.031]), pass@1 within 0.05 holds.
 """
 import numpy as np
 import pytest
