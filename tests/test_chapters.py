@@ -133,3 +133,30 @@ def test_no_chapter_sends_the_reader_to_a_brief():
         if path.exists():
             hits = [n for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\bthe brief\b", line, re.I)]
             assert not hits, f"{stem}.md mentions 'the brief' on lines {hits}"
+
+
+def nested_code_cells(text: str) -> list[int]:
+    """Line numbers of ``{code-cell}`` fences inside a ``:::`` directive (an exercise, a solution, an
+    admonition). myst-nb executes only top-level cells: a nested one is shown as text and never runs,
+    so its printed "answer" was never computed. A hidden cell before the directive is the way."""
+    depth, hits = 0, []
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if re.match(r"^:{3,}\s*\{", s):
+            depth += 1
+        elif re.fullmatch(r":{3,}", s) and depth:
+            depth -= 1
+        elif s.startswith("```{code-cell}") and depth:
+            hits.append(n)
+    return hits
+
+
+def test_nested_code_cells_are_found():
+    text = ":::{solution} ex\n:class: dropdown\n\n```{code-cell} ipython3\nprint(1)\n```\n:::\n\n```{code-cell} ipython3\n```\n"
+    assert nested_code_cells(text) == [4]
+
+
+def test_no_code_cell_is_nested_in_a_directive():
+    for stem in CHAPTERS:
+        hits = nested_code_cells((ROOT / f"{stem}.md").read_text())
+        assert not hits, f"{stem}.md has code cells inside a ::: directive on lines {hits}: they never execute"
