@@ -57,9 +57,12 @@ def test_rl_raises_pass1_and_maj_more_than_pass_at_large_k():
     # "comparable within 2 points at k = n": the book run (3 seeds, 2026-12-01) computed "inconclusive"
     # (RL 0.971 vs base 0.953, interval [0.008, 0.023] of the difference straddles the margin 0.02)
     assert v["large_k"].verdict == "inconclusive", v["large_k"].sentence()
-    # ... and its positive control (the base model against itself, fresh samples) was inconclusive too in
-    # the book run (-0.013, interval [-0.023, -0.008]): at this size the rule cannot resolve 2 points
-    assert v["control"].verdict == "inconclusive", v["control"].sentence()
+    # (and again on 4 Dec, a fresh machine: -0.016, [-0.031, 0.008]). Its control, the base model against
+    # fresh samples of itself, is comparable by construction, so the rule must not call it "does not hold";
+    # whether it resolves 2 points depends on the sampled draws: inconclusive on 2026-12-01 (-0.013,
+    # [-0.023, -0.008]), holds on 4 Dec (-0.008, [-0.016, 0.000]). This test used to assert the first run's
+    # "inconclusive", which the second run contradicted: a verdict, not the truth the control is built on.
+    assert v["control"].verdict != "does not hold", v["control"].sentence()
     # RL raises maj@k at the largest k (the mode moved)
     mean_maj = np.mean([x["maj"] for x in rl], axis=0)
     assert mean_maj[-1] > base["maj"][-1]
