@@ -733,12 +733,16 @@ def plot_metrics(history: list[dict] | str | Path, keys: Sequence[str], ax=None,
 
 # ---------------------------------------------------------------------- SFT and reward models
 def sft(model, tokenizer, examples: Sequence[Example], steps: int, batch_size: int = 32, lr: float = 1e-3,
-        seed: int = 0, progress: bool = False) -> list[float]:
-    """Supervised fine-tuning on demonstrations (``example.solution``); returns the loss per step."""
+        seed: int = 0, progress: bool = False, optimizer: torch.optim.Optimizer | None = None) -> list[float]:
+    """Supervised fine-tuning on demonstrations (``example.solution``); returns the loss per step.
+
+    ``optimizer``: continue with this optimizer (and its Adam moments) instead of a fresh AdamW at
+    ``lr``, so that a run split into several calls (to evaluate between them) is the same run.
+    """
     if not examples:
         raise ValueError("sft needs at least one example")
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    opt = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses = []
     model.train()
     for _ in tqdm(range(steps), desc="SFT", disable=not progress):

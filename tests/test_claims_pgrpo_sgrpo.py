@@ -30,7 +30,8 @@ def test_pgrpo_claims_book_profile():
 
 @pytest.mark.claims
 def test_sgrpo_claims_book_profile():
-    from rlcourse.methods.sgrpo_runs import gains_and_forgetting, run_sgrpo_frontier, sgrpo_verdicts
+    from rlcourse.methods.sgrpo_runs import (gains_and_forgetting, learning_summary, run_sgrpo_frontier,
+                                             sgrpo_verdicts)
 
     res = run_sgrpo_frontier(rlcourse.profile("book"))
     v = sgrpo_verdicts(res)
@@ -39,12 +40,14 @@ def test_sgrpo_claims_book_profile():
     print(gains_and_forgetting(res))
     assert res["base_p"] < 0.1  # a cold start: few sampled answers are right
     assert set(v) == {"vs-grpo", "vs-sft-gain", "forgetting"} and all(x.seeds == 3 for x in v.values())
-    # The verdicts of the book run (3 seeds, recorded 2026-12-01 on a heavily loaded machine). In that
-    # run every arm gained little on addition (S-GRPO +0.03, GRPO -0.02, SFT at lr 3e-4 +0.00 while
-    # losing 0.83 of sort), so these verdicts describe a regime where learning barely happened.
+    # The budget (200 steps, RL lr 3e-4) was chosen on seeds 10-12 so that S-GRPO learns addition; on the
+    # chapter's seeds it gained at least the threshold fixed before the run, so every verdict is backed
+    learned = learning_summary(res)
+    assert learned["learned"]["S-GRPO"] and learned["weak"] == []
+    # The verdicts of the book run (3 seeds, 4 Dec 2026, S-GRPO +0.10 on addition, GRPO -0.01):
     # S-GRPO's area under the addition curve lies above GRPO's: holds
     assert v["vs-grpo"].verdict == "holds"
-    # S-GRPO's final addition above SFT's at the same lr and steps: holds
-    assert v["vs-sft-gain"].verdict == "holds"
-    # at S-GRPO's small gain, SFT at lr 3e-5 forgets less (0.02) than S-GRPO (0.20): does not hold
-    assert v["forgetting"].verdict == "does not hold"
+    # S-GRPO's final addition above SFT's at the same lr and steps: SFT gained more, does not hold
+    assert v["vs-sft-gain"].verdict == "does not hold"
+    # at S-GRPO's gain, read off the SFT frontier, SFT forgets more sort than S-GRPO: holds
+    assert v["forgetting"].verdict == "holds"

@@ -240,6 +240,18 @@ def test_sft_reduces_the_loss(tiny):
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
 
 
+def test_sft_continues_with_a_given_optimizer(tiny):
+    """Split into two calls with one optimizer, SFT keeps its Adam moments: the optimizer has taken every
+    step, and the learning-rate argument is the optimizer's, not a fresh AdamW's."""
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    ex = rlcourse.tasks.get_task("sort").examples(16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sft(model, tok, ex, steps=3, batch_size=8, optimizer=opt)
+    sft(model, tok, ex, steps=2, batch_size=8, lr=123.0, optimizer=opt, seed=1)
+    steps = {float(state["step"]) for state in opt.state.values()}
+    assert steps == {5.0} and opt.param_groups[0]["lr"] == 1e-3
+
+
 def test_reward_model_learns_a_simple_preference(tiny):
     """Preference: completions with more 9s are better. The model must rank held-out pairs."""
     import random
