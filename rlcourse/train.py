@@ -732,17 +732,22 @@ def plot_metrics(history: list[dict] | str | Path, keys: Sequence[str], ax=None,
 
 
 # ---------------------------------------------------------------------- SFT and reward models
-def sft(model, tokenizer, examples: Sequence[Example], steps: int, batch_size: int = 32, lr: float = 1e-3,
+def sft(model, tokenizer, examples: Sequence[Example], steps: int, batch_size: int = 32, lr: float | None = None,
         seed: int = 0, progress: bool = False, optimizer: torch.optim.Optimizer | None = None) -> list[float]:
     """Supervised fine-tuning on demonstrations (``example.solution``); returns the loss per step.
 
-    ``optimizer``: continue with this optimizer (and its Adam moments) instead of a fresh AdamW at
-    ``lr``, so that a run split into several calls (to evaluate between them) is the same run.
+    A fresh AdamW at ``lr`` (default ``1e-3``), or ``optimizer``: continue with it (and its Adam
+    moments), so that a run split into several calls (to evaluate between them) is one run; its
+    learning rate is then the optimizer's, and passing ``lr`` as well is an error.
     """
     if not examples:
         raise ValueError("sft needs at least one example")
+    if optimizer is not None and lr is not None:
+        raise ValueError(f"sft got both lr={lr} and an optimizer: the optimizer's learning rate is the one used; "
+                         "pass one of the two")
     gen = torch.Generator().manual_seed(seed)
-    opt = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    opt = optimizer if optimizer is not None else torch.optim.AdamW(
+        model.parameters(), lr=1e-3 if lr is None else lr, weight_decay=0.0)
     losses = []
     model.train()
     for _ in tqdm(range(steps), desc="SFT", disable=not progress):

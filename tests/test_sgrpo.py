@@ -233,3 +233,16 @@ def test_learning_summary_says_which_verdicts_rest_on_arms_that_learned():
     assert some["weak"] == ["vs-sft-gain", "forgetting"] and "say little" in some["sentence"]
     every = sgr.learning_summary(res({"GRPO": (0.3, 0.3), "S-GRPO": (0.4, 0.4), "SFT": (0.3, 0.3)}))
     assert every["weak"] == [] and "Every verdict below involves an arm that learned" in every["sentence"]
+
+
+def test_frontier_run_rejects_an_empty_budget():
+    import rlcourse
+    from rlcourse.methods.sgrpo_runs import run_sgrpo_frontier
+
+    smoke = rlcourse.profile("smoke")
+    with pytest.raises(ValueError, match="steps=0"):
+        run_sgrpo_frontier(smoke, steps=0)
+    with pytest.raises(ValueError, match="sft_lrs=\\[\\]"):
+        run_sgrpo_frontier(smoke, sft_lrs=[])
+    with pytest.raises(ValueError, match="lr=-0.001"):
+        run_sgrpo_frontier(smoke, lr=-1e-3)

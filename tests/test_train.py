@@ -242,14 +242,15 @@ def test_sft_reduces_the_loss(tiny):
 
 def test_sft_continues_with_a_given_optimizer(tiny):
     """Split into two calls with one optimizer, SFT keeps its Adam moments: the optimizer has taken every
-    step, and the learning-rate argument is the optimizer's, not a fresh AdamW's."""
+    step. A learning rate passed beside the optimizer would be ignored, so it is an error."""
     model, tok = copy.deepcopy(tiny[0]), tiny[1]
     ex = rlcourse.tasks.get_task("sort").examples(16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     sft(model, tok, ex, steps=3, batch_size=8, optimizer=opt)
-    sft(model, tok, ex, steps=2, batch_size=8, lr=123.0, optimizer=opt, seed=1)
-    steps = {float(state["step"]) for state in opt.state.values()}
-    assert steps == {5.0} and opt.param_groups[0]["lr"] == 1e-3
+    sft(model, tok, ex, steps=2, batch_size=8, optimizer=opt, seed=1)
+    assert {float(state["step"]) for state in opt.state.values()} == {5.0}
+    with pytest.raises(ValueError, match="both lr=0.1 and an optimizer"):
+        sft(model, tok, ex, steps=1, lr=0.1, optimizer=opt)
 
 
 def test_reward_model_learns_a_simple_preference(tiny):

@@ -94,13 +94,15 @@ def run_sgrpo_frontier(prof, steps: int | None = None, lr: float | None = None, 
     from ..train import RLConfig, Trainer, sft
 
     seeds = list(range(first_seed, first_seed + prof.seeds))
-    steps = steps or prof.pick(smoke=2, book=STEPS)
-    n_evals = prof.pick(smoke=2, book=N_EVALS)
-    every = max(1, steps // n_evals)
+    steps = prof.pick(smoke=2, book=STEPS) if steps is None else steps
+    lr = prof.pick(smoke=1e-4, book=RL_LR) if lr is None else lr
+    sft_lrs = list(prof.pick(smoke=[1e-4], book=SFT_LRS) if sft_lrs is None else sft_lrs)
+    if steps < 1 or lr <= 0 or not sft_lrs or min(sft_lrs) <= 0:
+        raise ValueError(f"need steps >= 1, lr > 0 and at least one positive SFT learning rate; got steps={steps}, "
+                         f"lr={lr}, sft_lrs={sft_lrs}")
+    every = max(1, steps // prof.pick(smoke=2, book=N_EVALS))
     n_eval = prof.pick(smoke=16, book=128, full=512)
     G, n_prompts = prof.pick(smoke=2, book=8, full=8), prof.pick(smoke=4, book=16, full=32)
-    lr = lr or prof.pick(smoke=1e-4, book=RL_LR)
-    sft_lrs = list(sft_lrs or prof.pick(smoke=[1e-4], book=SFT_LRS))
     t0 = time.perf_counter()
     with one_torch_thread():
         base, tok = load_base_model("sg_sortadd", strength=0.46, prof=prof, progress=False)
