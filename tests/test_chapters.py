@@ -152,7 +152,8 @@ def nested_code_cells(text: str) -> list[int]:
 
 
 def test_nested_code_cells_are_found():
-    text = ":::{solution} ex\n:class: dropdown\n\n```{code-cell} ipython3\nprint(1)\n```\n:::\n\n```{code-cell} ipython3\n```\n"
+    text = (":::{solution} ex\n:class: dropdown\n\n```{code-cell} ipython3\nprint(1)\n```\n:::\n\n"
+            "```{code-cell} ipython3\n```\n")
     assert nested_code_cells(text) == [4]
 
 

@@ -8,13 +8,13 @@ chapter reports it as a measurement): the test checks that the report counts the
 correctly, not that they reach it. It used to assert the target on the seed mean; on a fresh machine
 (4 Dec 2026, one thread per process) GRPO ended at a mean of 0.878, as the chapter's note on tuning
 warns a run can (the target sits one to three points under what the tuned settings reached, and the
-number of threads changes the sampled tokens). A claims test asserts claims, so that assert went. The gradient-noise measurement must rank its positive
-control (rewards shifted by +1, no baseline) below every baseline estimator, or it could not have
-shown a baseline's effect. A one-seed book-profile measurement made while writing gave SNRs of 0.067
-(control), 0.242 (REINFORCE), 0.193 (batch-mean baseline), 0.147 (RLOO), 0.149 (GRPO), 0.147 (Dr.
-GRPO): RLOO below REINFORCE, as exercise 3's cross term allows. The 3-seed verdict was not run while
-writing, so the test asserts only what that measurement supports: the verdict is not "holds" (it may
-be "does not hold" or "inconclusive").
+number of threads changes the sampled tokens). A claims test asserts claims, so that assert went.
+The gradient-noise measurement must rank its positive control (rewards shifted by +1, no baseline) below
+every baseline estimator, or it could not have shown a baseline's effect. A one-seed book-profile
+measurement made while writing gave SNRs of 0.067 (control), 0.242 (REINFORCE), 0.193 (batch-mean
+baseline), 0.147 (RLOO), 0.149 (GRPO), 0.147 (Dr. GRPO): RLOO below REINFORCE, as exercise 3's cross term
+allows. The 3-seed verdict was not run while writing, so the test asserts only what that measurement
+supports: the verdict is not "holds" (it may be "does not hold" or "inconclusive").
 
 The length-bias claim had only a one-seed run (wrong answers 6.31 vs 6.20 tokens late in training,
 grpo vs dapo); its 3-seed book-profile verdict was not run either. The test asserts what the

@@ -239,7 +239,8 @@ def learning_summary(res: dict, threshold: float = LEARNED_GAIN) -> dict:
 
 _SG_PAPER = "S-GRPO: Unified Post-Training for Large Vision-Language Models, Yan et al., 2026, arXiv:2604.16557"
 _SG_SETTING = ("tiny LM, cold start on 2-digit addition from a base model that sorts (sg_sortadd); G = 8, 16 prompts "
-               f"x {STEPS} steps, AdamW lr {RL_LR:g}, seq-mean-token-mean, one pass per batch; greedy held-out accuracy")
+               f"x {STEPS} steps, AdamW lr {RL_LR:g}, seq-mean-token-mean, one pass per batch; "
+               "greedy held-out accuracy")
 SGRPO_CLAIMS = {
     "vs-grpo": Claim(
         key="s_grpo/faster-than-grpo", paper=_SG_PAPER,
