@@ -278,7 +278,7 @@ TTS_CLAIMS = {
         metric="pass@32 on the held-out prompts", method="after GRPO", baseline="base model",
         kind="equivalent", margin=0.02),
     "control": Claim(
-        key="test_time_scaling/control-same-model-comparable",
+        key="test_time_scaling/control-same-model-comparable", role="positive control",
         paper="(positive control for the claim 'comparable at large k')",
         statement="the same model, evaluated twice with fresh samples, is comparable within 2 points at k = n: "
                   "shows that the equivalence test can conclude at this number of prompts and samples",

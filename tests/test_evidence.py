@@ -1,14 +1,15 @@
 """rlcourse.claims: decision rules, intervals, the exact test, and the ledger round trip."""
 import ast
 import itertools
+import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from rlcourse.claims import Claim, Verdict, decide, evaluate, ledger_markdown, paired_bootstrap, read_ledger, \
-    record, sign_flip_p_value
+from rlcourse.claims import Claim, Verdict, decide, detectable_effect, evaluate, ledger_counts, ledger_markdown, \
+    paired_bootstrap, read_ledger, record, seeds_needed, sign_flip_p_value, t_interval
 
 
 def claim(**kw):
@@ -19,19 +20,31 @@ def claim(**kw):
 
 
 def test_decision_table():
-    assert decide("greater", 0.0, 0.1, 0.3, 5) == "holds"
-    assert decide("greater", 0.0, -0.3, -0.1, 5) == "does not hold"
-    assert decide("greater", 0.0, -0.1, 0.3, 5) == "inconclusive"
-    assert decide("greater", 0.2, 0.1, 0.3, 5) == "inconclusive"  # positive but maybe below the margin
-    assert decide("greater", 0.2, 0.05, 0.15, 5) == "does not hold"  # surely below the margin
-    assert decide("less", 0.0, -0.3, -0.1, 5) == "holds"
-    assert decide("less", 0.0, 0.0, 0.2, 5) == "does not hold"
-    assert decide("equivalent", 0.02, -0.01, 0.015, 5) == "holds"
-    assert decide("equivalent", 0.02, 0.03, 0.05, 5) == "does not hold"
-    assert decide("equivalent", 0.02, -0.01, 0.05, 5) == "inconclusive"
-    assert decide("greater", 0.0, 1.0, 2.0, 1) == "inconclusive"  # one seed has no interval
+    # one-sided claims on the 95% t-interval: mean 0.2, sd 0.079, n 5 -> [0.102, 0.298]
+    d = [0.1, 0.15, 0.2, 0.25, 0.3]
+    assert decide("greater", 0.0, d) == "holds"
+    assert decide("greater", 0.15, d) == "inconclusive"  # positive but maybe below the margin
+    assert decide("greater", 0.4, d) == "does not hold"  # surely below the margin
+    assert decide("less", 0.0, [-x for x in d]) == "holds"
+    assert decide("less", 0.0, d) == "does not hold"
+    # equivalence by TOST on the 90% interval: [0.125, 0.275] lies within +-0.28, not within +-0.27
+    assert decide("equivalent", 0.28, d) == "holds"
+    assert decide("equivalent", 0.27, d) == "inconclusive"
+    assert decide("equivalent", 0.05, d) == "does not hold"
+    assert decide("greater", 0.0, [1.0]) == "inconclusive"  # one seed has no interval
+    assert decide("greater", 0.0, [0.3, 0.3, 0.3]) == "inconclusive"  # no spread, no interval
     with pytest.raises(ValueError, match="kind"):
-        decide("bigger", 0.0, 0, 1, 5)
+        decide("bigger", 0.0, d)
+
+
+def test_t_interval_is_the_textbook_formula():
+    from scipy import stats
+
+    d = np.array([0.3, -0.1, 0.2, 0.4])
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert t_interval(d) == pytest.approx((d.mean() - half, d.mean() + half))
+    with pytest.raises(ValueError, match="at least 2"):
+        t_interval([1.0])
 
 
 def test_sign_flip_is_exact():
@@ -44,26 +57,77 @@ def test_sign_flip_is_exact():
     assert sign_flip_p_value([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2 / 32)
 
 
-def test_bootstrap_covers_the_mean_at_the_nominal_rate():
-    # Monte Carlo: with 20 normal seeds the 95% percentile interval covers the true mean ~93-96% of the time
-    rng = np.random.default_rng(0)
-    hits = 0
-    trials = 300
-    for t in range(trials):
-        x = rng.normal(0.5, 1.0, size=20)
-        lo, hi = paired_bootstrap(x, n_boot=2000, seed=t)
-        hits += lo <= 0.5 <= hi
-    assert 0.88 <= hits / trials <= 0.99
+REPS = 20_000
+
+
+def _noise(rng, dist, n):
+    return rng.standard_normal((REPS, n)) if dist == "normal" else rng.standard_t(3, (REPS, n))
+
+
+def _within(rate, nominal, reps, *, conservative_ok):
+    """``rate`` is within 3.5 Monte Carlo standard errors of ``nominal`` (or below it, when a conservative
+    rule is acceptable: heavy tails make the t-test conservative)."""
+    se = np.sqrt(nominal * (1 - nominal) / reps)
+    return rate <= nominal + 3.5 * se and (conservative_ok or rate >= nominal - 3.5 * se)
+
+
+@pytest.mark.parametrize("dist", ["normal", "t3"])
+@pytest.mark.parametrize("n", [3, 5, 8, 20])
+def test_the_decision_rule_keeps_its_error_rates_under_the_null(n, dist):
+    """Simulate the null of each kind of claim through ``decide`` (the whole rule) with the true effect
+    exactly on the margin: a directional claim must "hold" at most 2.5% of the time, an equivalence claim
+    at most 5%, and the 95% interval must cover the true mean 95% of the time; exactly so (within Monte
+    Carlo error) for normal differences, at most so for heavy-tailed ones (t with 3 df)."""
+    rng = np.random.default_rng(1000 * n + (dist == "t3"))
+    noise = _noise(rng, dist, n)
+    exact = dist == "normal"
+    greater = np.mean(decide("greater", 0.1, 0.1 + noise) == "holds")
+    less = np.mean(decide("less", 0.1, -0.1 + noise) == "holds")
+    # equivalence at its margin: the noise is small beside the margin, so both one-sided tests bite
+    equivalent = np.mean(decide("equivalent", 1.0, 1.0 + 0.1 * noise) == "holds")
+    lo, hi = t_interval(noise, 0.95)
+    coverage = np.mean((lo <= 0) & (0 <= hi))
+    assert _within(greater, 0.025, REPS, conservative_ok=not exact), (n, dist, greater)
+    assert _within(less, 0.025, REPS, conservative_ok=not exact), (n, dist, less)
+    assert _within(equivalent, 0.05, REPS, conservative_ok=not exact), (n, dist, equivalent)
+    assert _within(1 - coverage, 0.05, REPS, conservative_ok=not exact), (n, dist, coverage)
+
+
+def test_the_simulation_rejects_the_percentile_bootstrap_rule():
+    """The same simulation catches the rule the book used before: a percentile bootstrap over 3 seeds is
+    [min, max] of the differences, so a claim on its margin "holds" whenever every seed clears it
+    (about 1 in 8), five times the nominal 2.5%."""
+    rng = np.random.default_rng(7)
+    reps = 2000
+    holds = 0
+    for i in range(reps):
+        lo, _ = paired_bootstrap(0.1 + rng.standard_normal(3), n_boot=1000, seed=i)
+        holds += lo > 0.1
+    assert not _within(holds / reps, 0.025, reps, conservative_ok=True), holds / reps
+
+
+def test_detectable_effect_has_the_power_it_promises():
+    """A true effect exactly the detectable amount beyond the margin "holds" about 80% of the time."""
+    rng = np.random.default_rng(3)
+    for n in (5, 10):
+        d = detectable_effect(1.0, n)
+        rate = np.mean(decide("greater", 0.0, d + rng.standard_normal((REPS, n))) == "holds")
+        assert 0.72 <= rate <= 0.85, (n, rate)  # the central-t approximation is close, slightly optimistic
+    n = seeds_needed(1.0, 1.5)
+    assert detectable_effect(1.0, n) <= 1.5 < detectable_effect(1.0, n - 1) and n >= 3
+    with pytest.raises(ValueError, match="cannot be told"):
+        seeds_needed(1.0, 0.1, margin=0.2)
 
 
 def test_evaluate_pairs_seeds_and_checks_input():
     c = claim(kind="greater", margin=0.0)
     v = evaluate(c, [0.8, 0.82, 0.79, 0.85, 0.81], [0.6, 0.61, 0.58, 0.62, 0.6])
     assert v.verdict == "holds" and v.seeds == 5 and v.effect == pytest.approx(0.212)
-    assert v.low > 0 and "holds" in v.sentence() and "5 seeds" in v.sentence()
+    assert v.low > 0 and v.p_value < 0.025 and v.detectable > 0
+    assert "holds" in v.sentence() and "5 paired seeds" in v.sentence() and "95% t-interval" in v.sentence()
     # pairing matters: a common seed effect cancels in the differences
     shared = np.array([0.0, 0.3, -0.3, 0.6, -0.6])
-    v2 = evaluate(c, 0.5 + shared + 0.05, 0.5 + shared)
+    v2 = evaluate(c, 0.5 + shared + 0.05 + [0.01, -0.01, 0.0, 0.02, -0.02], 0.5 + shared)
     assert v2.verdict == "holds"
     with pytest.raises(ValueError, match="one of each per seed"):
         evaluate(c, [1, 2, 3], [1, 2])
@@ -73,6 +137,42 @@ def test_evaluate_pairs_seeds_and_checks_input():
         evaluate(c, [1, float("nan")], [1, 2])
     one = evaluate(c, [0.9], [0.1])
     assert one.verdict == "inconclusive" and "one seed" in one.sentence()
+
+
+def test_evaluate_enforces_the_profiles_minimum_seed_count():
+    c = claim()
+    with pytest.raises(ValueError, match="needs at least 3"):
+        evaluate(c, [1.0, 1.2], [0.5, 0.4], profile="book")
+    assert evaluate(c, [1.0, 1.2], [0.5, 0.4], profile="smoke").seeds == 2
+    with pytest.raises(ValueError, match="needs at least 5"):
+        evaluate(c, [1.0, 1.2, 1.1], [0.5, 0.4, 0.6], min_seeds=5)
+
+
+def test_zero_variance_is_inconclusive_not_a_verdict():
+    v = evaluate(claim(kind="greater"), [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], profile="book")
+    assert v.verdict == "inconclusive" and "no spread" in v.sentence() and v.detectable is None
+    w = evaluate(claim(kind="less"), [0.5, 0.5, 0.5], [0.7, 0.7, 0.7], profile="book")  # deterministic arms
+    assert w.verdict == "inconclusive"
+
+
+def test_a_claim_whose_positive_control_failed_is_uninformative():
+    ctrl = claim(key="demo/control", role="positive control")
+    paper = claim(key="demo/paper", control="demo/control")
+    good = evaluate(ctrl, [1.0, 1.2, 1.1], [0.5, 0.4, 0.6])
+    bad = evaluate(ctrl, [0.5, 0.6, 0.4], [0.5, 0.4, 0.6])
+    assert good.holds and not bad.holds
+    vals = ([1.0, 1.2, 1.1], [0.5, 0.4, 0.6])
+    assert evaluate(paper, *vals, control=good).verdict == "holds"
+    v = evaluate(paper, *vals, control=bad)
+    assert v.verdict == "uninformative" and "demo/control" in v.sentence() and v.control_verdict == bad.verdict
+    with pytest.raises(ValueError, match="pass its verdict"):
+        evaluate(paper, *vals)
+    with pytest.raises(ValueError, match="names no positive control"):
+        evaluate(ctrl, *vals, control=good)
+    with pytest.raises(ValueError, match="cannot rest on"):
+        claim(key="demo/c2", role="positive control", control="demo/control")
+    with pytest.raises(ValueError, match="role"):
+        claim(role="control")
 
 
 def test_reference_claims_and_bad_claims():
@@ -95,6 +195,18 @@ def test_ledger_round_trip(tmp_path):
     assert Verdict.from_dict(rows[0]).sentence() == v.sentence()
     table = ledger_markdown(rows)
     assert "demo" in table and f"**{v.verdict}**" in table and table.count("\n") == 2
+    assert rows[0]["recorded_at"] in table and "95% t" in table
+    # roles are counted apart, and a row recorded before roles existed counts as a paper claim
+    record(evaluate(claim(key="demo/ctl", role="positive control"), [1.0, 1.2, 1.1], [0.5, 0.4, 0.6]), tmp_path)
+    old = {k: val for k, val in v.to_dict().items() if k not in ("level", "detectable", "reason", "control_verdict")}
+    old["claim"] = {k: val for k, val in old["claim"].items() if k not in ("role", "control")}
+    old["claim"]["key"] = "demo/old"
+    Path(tmp_path, "demo__old.json").write_text(json.dumps(old))
+    rows = read_ledger(tmp_path)
+    counts = ledger_counts(rows)
+    assert counts["paper claim"][v.verdict] == 2 and counts["positive control"]["holds"] == 1
+    assert ledger_markdown(rows, role="positive control").count("\n") == 2
+    assert Verdict.from_dict(rows[1]).claim.role == "paper claim"
 
 
 def test_record_replaces_the_chapters_older_rows(tmp_path):

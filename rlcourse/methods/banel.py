@@ -629,7 +629,7 @@ def attack_claims(budget: int) -> dict:
                             metric="final sampler's success rate minus 10 x the attacker's own (fresh samples)",
                             method="BaNEL - 10 x attacker", reference=0.0, kind="greater", margin=0.0,
                             paper_number="x278", unit="{:.3f}", **common),
-        "control": Claim(key="banel/oracle-region-control", statement="positive control (ours): with the true "
+        "control": Claim(key="banel/oracle-region-control", role="positive control", statement="positive control (ours): with the true "
                          "failure set as the rejection region the budget finds successes",
                          metric=f"successful attacks found within {budget} reward evaluations",
                          method="oracle posterior", baseline="attacker samples", kind="greater", margin=0.0,

@@ -532,7 +532,7 @@ def bandit_claims(cfg: BanditConfig) -> dict[str, Claim]:
                           source="ours; the abstract does not discuss k = 1",
                           metric="exact pass@1, mean over prompts", method="standard", baseline=f"pass@{k}-aligned",
                           kind="greater", **common),
-        "control": Claim(key="compute_aligned/bandit-control",
+        "control": Claim(key="compute_aligned/bandit-control", role="positive control",
                          statement=f"positive control: pass@{k}-aligned training raises pass@{k} above its start "
                                    "(the budget is large enough to move the metric the claim is about)",
                          source="this chapter", metric=f"exact pass@{k}, mean over prompts",
@@ -632,7 +632,7 @@ def lm_claims(sz: dict, lr: float) -> dict[str, Claim]:
         "maj": Claim(key="compute_aligned/lm-majk", statement=ABSTRACT_CLAIM + f" (here: maj@{M})",
                      metric=f"maj@{M} on held-out prompts", method="maj@k-aligned", baseline="standard (RLOO)",
                      kind="greater", **common),
-        "control": Claim(key="compute_aligned/lm-control",
+        "control": Claim(key="compute_aligned/lm-control", role="positive control",
                          statement="control: standard training raises pass@1 above the base model (the run moves "
                                    "the policy)", metric="pass@1 on held-out prompts", method="standard (RLOO)",
                          baseline=None, reference=0.0, kind="greater",

@@ -403,7 +403,7 @@ def lm_claims() -> dict[str, Claim]:
         "hard": Claim(key="cuts/harder-variant", source="abstract", statement="Mixed-CUTS 'significantly boosts "
                       "out-of-domain generalization'", paper_number="AIME25 Pass@1 up to +15.1% over GRPO (Qwen3)",
                       metric="held-out greedy accuracy on short-operand sums at the end", method="Mixed-CUTS", **common),
-        "control": Claim(key="cuts/short-operand-control", source="positive control (ours)", statement="positive control: "
+        "control": Claim(key="cuts/short-operand-control", role="positive control", source="positive control (ours)", statement="positive control: "
                          "the harder variant can be learned at this scale and budget (GRPO trained on it beats GRPO "
                          "trained on ordinary sums)", paper_number="", metric="held-out greedy accuracy on "
                          "short-operand sums at the end", method="GRPO on short-operand sums (control)", **common),

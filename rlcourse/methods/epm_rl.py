@@ -432,7 +432,7 @@ def claims(prof: Profile | None = None) -> dict[str, Claim]:
         metric=f"share of faithful rationales (judge = 1), noise {hi:g}", method="SFT-LoRA+RL (no judge)",
         baseline="SFT-LoRA+RL", kind="less", margin=0.01, **c)
     out["control"] = Claim(
-        key="epm_rl/control-rl-lifts-weak-sft",
+        key="epm_rl/control-rl-lifts-weak-sft", role="positive control",
         statement=f"positive control: the same RL stage lifts an adapter SFT'd for {S['control_sft_steps']} steps",
         metric=f"greedy balanced accuracy, noise {hi:g}", method="weak SFT+RL", baseline="weak SFT",
         kind="greater", margin=0.02, **c)

@@ -723,7 +723,7 @@ def toy_claims(budget: int, target: float) -> dict:
                        "computations\" than the baseline sampler", source="abstract", metric=metric,
                        method="heapa", baseline="uniform", kind="less", margin=0.0,
                        paper_number="up to 12-16% less compute (authors' page)", **common),
-        "control": Claim(key="heapa/toy-oracle-control", statement="positive control (ours): drawing prompts by "
+        "control": Claim(key="heapa/toy-oracle-control", role="positive control", statement="positive control (ours): drawing prompts by "
                          "their true chance of an informative group needs fewer rollouts than uniform draws",
                          source="ours: the mechanism the abstract names (rollouts wasted on solved or "
                                 "unreachable prompts)", metric=metric, method="oracle", baseline="uniform",

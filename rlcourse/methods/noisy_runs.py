@@ -271,7 +271,7 @@ CLAIMS = {
         metric="late-window expected accuracy", method="per-sample noise 30%", baseline="clean", kind="equivalent",
         margin=0.02),
     "bandit-control": Claim(
-        key="noisy_verifiers/bandit-control", paper=PAPER,
+        key="noisy_verifiers/bandit-control", role="positive control", paper=PAPER,
         statement="(positive control, not a claim of the paper) a verifier at 40% symmetric per-sample noise "
                   "(J = 0.2) costs more than 2 points of late-window accuracy",
         source="course control", setting=_BANDIT + "; per-sample noise 40%", metric="late-window expected accuracy",
@@ -308,7 +308,7 @@ CLAIMS = {
         metric="late-window held-out greedy accuracy", method="per-sample noise 30%", baseline="clean",
         kind="equivalent", margin=0.02),
     "lm-control": Claim(
-        key="noisy_verifiers/lm-control", paper=PAPER,
+        key="noisy_verifiers/lm-control", role="positive control", paper=PAPER,
         statement="(positive control, not a claim of the paper) a verifier at 45% symmetric per-sample noise "
                   "(J = 0.1) costs more than 2 points of late-window accuracy",
         source="course control", setting=_LM + "; per-sample noise 45%", metric="late-window held-out greedy accuracy",

@@ -285,7 +285,7 @@ CLAIMS = {
                    setting=_SETTING, metric="exact expected reward after the same number of steps (8 prompts per step)",
                    method="OTB, N=4", baseline="group mean, N=32", kind="equivalent", margin=0.02,
                    paper_number="matches N=32 (single-turn and tool-integrated reasoning)"),
-    "control": Claim(key="otb/control-oracle-n4-matches-n32", paper=PAPER, source="positive control for the abstract's "
+    "control": Claim(key="otb/control-oracle-n4-matches-n32", role="positive control", paper=PAPER, source="positive control for the abstract's "
                      "claim (not a claim of the paper)",
                      statement="an unbiased baseline with N=4 can match N=32 on this testbed (the exact "
                                "variance-optimal per-context baseline, an oracle)",

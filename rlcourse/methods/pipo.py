@@ -611,11 +611,11 @@ def bandit_claims() -> dict[str, Claim]:
                                        f"that follow drops: smaller drawdowns [{s} setting]",
                                        metric=f"max drawdown of the 10-step moving average of the expected reward, {s}",
                                        method="GRPO+PIPO", baseline="GRPO", kind="less", **common)
-    out["control/final"] = Claim(key="pipo/oracle-control-final", statement="positive control: with an exact "
+    out["control/final"] = Claim(key="pipo/oracle-control-final", role="positive control", statement="positive control: with an exact "
                                  "improvement signal the layback raises the final reward [noisy setting]",
                                  metric="exact expected reward over the last tenth of training, noisy",
                                  method="GRPO+PIPO (oracle signal)", baseline="GRPO", kind="greater", **common)
-    out["control/drawdown"] = Claim(key="pipo/oracle-control-drawdown", statement="positive control: with an "
+    out["control/drawdown"] = Claim(key="pipo/oracle-control-drawdown", role="positive control", statement="positive control: with an "
                                     "exact improvement signal the layback lowers the drawdowns [noisy, high lr]",
                                     metric="max drawdown of the 10-step moving average, noisy, high lr",
                                     method="GRPO+PIPO (oracle signal)", baseline="GRPO", kind="less", **common)
@@ -689,7 +689,7 @@ LM_CLAIM = Claim(key="pipo/lm-final", paper=PAPER, source="abstract", statement=
                  kind="greater")
 
 
-LM_CONTROL = replace(LM_CLAIM, key="pipo/lm-oracle-control", statement="positive control: PIPO whose verdict "
+LM_CONTROL = replace(LM_CLAIM, key="pipo/lm-oracle-control", role="positive control", statement="positive control: PIPO whose verdict "
                      "mu_t is computed with the clean verifier ends higher than GRPO", method="GRPO+PIPO (oracle verdict)")
 
 

@@ -470,7 +470,7 @@ def bandit_claims() -> dict[str, Claim]:
         "held": Claim(key="poly_epo/bandit-heldout-minority", statement="Poly-EPO solves more held-out prompts that "
                       "only minority strategies solve", metric="pass@1 on the held-out prompts the dominant "
                       "strategy fails and another solves", method="Poly-EPO", **common),
-        "control": Claim(key="poly_epo/bandit-control-setmax", statement="positive control: set RL with f = max r "
+        "control": Claim(key="poly_epo/bandit-control-setmax", role="positive control", statement="positive control: set RL with f = max r "
                          "(pass@n, an objective that pays for coverage directly) beats GRPO at pass@16",
                          metric="exact pass@16 on the training prompts after training", method="set RL, f = max r",
                          **common),
@@ -575,7 +575,7 @@ def lm_claims() -> dict[str, Claim]:
             "distinct": Claim(key="poly_epo/lm-distinct", statement="Poly-EPO's correct answers use more distinct "
                               "strategies than GRPO's", metric="distinct correct operator sequences per held-out "
                               "prompt (16 samples)", method="Poly-EPO", baseline="GRPO", unit="{:.2f}", **common),
-            "control": Claim(key="poly_epo/lm-control", statement="control: GRPO raises pass@1 above the base model "
+            "control": Claim(key="poly_epo/lm-control", role="positive control", statement="control: GRPO raises pass@1 above the base model "
                              "(the run is long enough to move the policy)", metric="unbiased pass@1 on held-out prompts",
                              method="GRPO", baseline=None, reference=0.0, **common)}
 

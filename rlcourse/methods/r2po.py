@@ -519,7 +519,7 @@ CLAIMS = {
                        statement="weighting by pi_old / pi_{old,phi} does at least as well as the released ratio",
                        metric="inference pass@1 (head off)", method="R2PO (corrected ratio)",
                        kind="greater", margin=0.0, paper=PAPER, setting=_SETTING, baseline="R2PO (released ratio)"),
-    "control": Claim(key="r2po/control-grpo-vs-base", source="positive control", statement="GRPO's training raises "
+    "control": Claim(key="r2po/control-grpo-vs-base", role="positive control", source="positive control", statement="GRPO's training raises "
                      "inference pass@1 above the base model's by more than the paper's gain (3.4 points)",
                      metric="inference pass@1 (head off)", method="GRPO", baseline=None, reference=0.0,
                      kind="greater", margin=0.034, paper=PAPER, setting=_SETTING),

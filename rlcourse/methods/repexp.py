@@ -552,10 +552,10 @@ def inference_verdicts(out: dict) -> dict:
         "calls_hard": Claim(key="repexp/fewer-calls-hard-prompts", statement=stmt + "; gains largest on harder "
                             "questions", metric="verifier calls to the first correct sample, odd n",
                             method="elliptical order", baseline="random order", kind="less", **common),
-        "control": Claim(key="repexp/planted-control", statement="positive control (ours): features that separate "
+        "control": Claim(key="repexp/planted-control", role="positive control", statement="positive control (ours): features that separate "
                          "the modes exactly, not centred", metric="verifier calls to the first correct sample",
                          method="planted elliptical order", baseline="random order", kind="less", **common),
-        "control_hard": Claim(key="repexp/planted-control-hard-prompts", statement="positive control (ours): "
+        "control_hard": Claim(key="repexp/planted-control-hard-prompts", role="positive control", statement="positive control (ours): "
                               "features that separate the modes exactly, not centred, on the prompts whose "
                               "likeliest mode is wrong", metric="verifier calls to the first correct sample, odd n",
                               method="planted elliptical order", baseline="random order", kind="less", **common),
@@ -658,7 +658,7 @@ def rl_verdicts(out: dict) -> dict:
         "distinct": Claim(key="repexp/rl-distinct-correct", statement="exploration with a representation-based "
                           "bonus significantly improves diversity", metric="distinct correct modes per prompt "
                           "(of 32 samples)", method="GRPO+RepExp", **common),
-        "control": Claim(key="repexp/rl-planted-control", statement="positive control (ours): the bonus on "
+        "control": Claim(key="repexp/rl-planted-control", role="positive control", statement="positive control (ours): the bonus on "
                          "features that separate the modes exactly", metric="distinct correct modes per prompt",
                          method="GRPO+RepExp (planted)", **common),
     }

@@ -447,7 +447,7 @@ def claims(stalenesses) -> dict[str, Claim]:
                                  "when there is no staleness",
                                  metric=f"expected return over the last fifth of training, L = {lo}",
                                  method=SO, baseline=TOKEN, kind="equivalent", margin=0.05, **common),
-        "control-staleness": Claim(key="sorl/control-staleness", statement="(control) stale data hurt token-level "
+        "control-staleness": Claim(key="sorl/control-staleness", role="positive control", statement="(control) stale data hurt token-level "
                                    "GRPO on this testbed, so there is an instability to remove",
                                    source="ours (a positive control)",
                                    metric=f"token-level GRPO's expected return over the last fifth, L = {lo} against L = {hi}",

@@ -345,7 +345,7 @@ LM_CLAIMS = {
                        "share of clipped tokens, mean over training", "Thinking Seeds", "sequence mixing", kind="less"),
     "pass-at-k": _claim("expands-solution-space", "[the method] expands the explorable solution space",
                         "held-out pass@16 after training", "Thinking Seeds", "GRPO"),
-    "control": Claim(key="thinking_seeds/control-grpo-learns", paper=PAPER,
+    "control": Claim(key="thinking_seeds/control-grpo-learns", role="positive control", paper=PAPER,
                      statement="(control, not a claim of the paper) GRPO raises pass@1 over the base model",
                      source="positive control of the experiment", setting=_SETTING,
                      metric="held-out pass@1 after training", method="GRPO", baseline="base model",

@@ -1,0 +1,86 @@
+"""rlcourse.studies: one runner for every chapter's grid, serially, over loky workers and on Ray, cached."""
+
+import pytest
+
+from rlcourse.studies import Study, cell_key, run_study
+from rlcourse.studies import demo
+
+
+def small(**kw):
+    return demo.study(seeds=4, steps=20, **kw)
+
+
+def test_serial_loky_and_ray_give_the_same_metrics_per_cell(monkeypatch):
+    s = small()
+    serial = run_study(s, jobs=1, cache=False)
+    loky = run_study(s, jobs=2, backend="loky", cache=False)
+    assert serial.metrics == loky.metrics
+    ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a local instance on loopback
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        on_ray = run_study(s, jobs=2, backend="ray", cache=False)
+    finally:
+        ray.shutdown()
+    assert serial.metrics == on_ray.metrics
+    # the metrics differ between arms and seeds: the comparison above could fail
+    finals = {c: m["final"] for c, m in serial.metrics.items()}
+    assert len(set(finals.values())) == len(finals)
+
+
+def test_the_cache_resumes_and_a_change_reruns(tmp_path):
+    s = small()
+    first = run_study(s, cache_root=tmp_path)
+    assert not first.cached and len(list((tmp_path / "demo").glob("*.json"))) == len(s.cells())
+    # an interrupted grid: one cell's file lost, one torn; the rest is read back
+    files = sorted((tmp_path / "demo").glob("*.json"))
+    files[0].unlink()
+    files[1].write_text("{")
+    again = run_study(s, cache_root=tmp_path)
+    assert len(again.cached) == len(s.cells()) - 2 and again.metrics == first.metrics
+    assert again.cpu_seconds > 0 and again.wall_seconds > 0
+    # new sizes are a new key: nothing cached is read
+    assert not run_study(small(lr=0.4), cache_root=tmp_path).cached
+    # so is changed code
+    assert cell_key(s, "REINFORCE", 0, code="a") != cell_key(s, "REINFORCE", 0, code="b")
+
+
+def test_verdicts_come_from_the_grid():
+    res = run_study(demo.study(seeds=5), cache=False)
+    v = res.verdicts()["baseline-helps"]
+    assert v.seeds == 5 and v.method_values == res.values("REINFORCE + baseline", "final")
+    assert v.claim.role == "course hypothesis"
+
+
+def bad_run(arm, seed, sizes):
+    return {"x": float("nan")} if seed == 1 else {"x": 1.0}
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="arms must be distinct"):
+        Study(name="x", arms=("a", "a"), seeds=(0,), run=demo.run_cell)
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        Study(name="x", arms=("a",), seeds=(0, -1), run=demo.run_cell)
+    with pytest.raises(ValueError, match="module-level"):
+        Study(name="x", arms=("a",), seeds=(0,), run=lambda a, s, z: {})
+    with pytest.raises(ValueError, match="JSON"):
+        Study(name="x", arms=("a",), seeds=(0,), run=demo.run_cell, sizes={"f": object()})
+    with pytest.raises(ValueError, match="backend"):
+        run_study(small(), backend="dask", cache=False)
+    s = Study(name="bad", arms=("a",), seeds=(0, 1), run=bad_run)
+    with pytest.raises(ValueError, match=r"arm 'a', seed 1: metric 'x' is nan"):
+        run_study(s, cache=False)
+    res = run_study(small(), cache=False)
+    with pytest.raises(KeyError, match="no arm 'PPO'"):
+        res.values("PPO", "final")
+    with pytest.raises(KeyError, match="no metric 'best'"):
+        res.values("REINFORCE", "best")
+
+
+def test_jobs_and_backend_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RLCOURSE_JOBS", "two")
+    with pytest.raises(ValueError, match="RLCOURSE_JOBS"):
+        run_study(small(), cache=False)
+    monkeypatch.setenv("RLCOURSE_JOBS", "2")
+    monkeypatch.setenv("RLCOURSE_BACKEND", "loky")
+    assert run_study(small(), cache=False).metrics == run_study(small(), jobs=1, backend="serial", cache=False).metrics
