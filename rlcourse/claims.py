@@ -13,14 +13,16 @@ minus a reference value) have mean ``d``, standard deviation ``s`` and standard 
 The verdict is decided on Student-t intervals, whose coverage is exact for normal differences at any
 ``n`` (and close to it for heavy-tailed ones; ``tests/test_evidence.py`` simulates both):
 
-============  ================================  ===========================================  ==============================
-kind          the claim                         holds when                                   does not hold when
-============  ================================  ===========================================  ==============================
-greater       method exceeds baseline by > m    the ``1 - alpha`` interval lies above ``m``  it lies at or below ``m``
-less          method is below baseline by > m   it lies below ``-m``                         it lies at or above ``-m``
-equivalent    method within +-m of baseline     the ``1 - 2 alpha`` interval lies in ``+-m`` the ``1 - alpha`` interval
-                                                (two one-sided tests, TOST, at ``alpha``)    lies wholly outside ``+-m``
-============  ================================  ===========================================  ==============================
+============  ================================  ======================================  ============================
+kind          the claim                         holds when                              does not hold when
+============  ================================  ======================================  ============================
+greater       method exceeds baseline by > m    the 95% interval lies above ``m``       it lies at or below ``m``
+less          method is below baseline by > m   the 95% interval lies below ``-m``      it lies at or above ``-m``
+equivalent    method within +-m of baseline     the 90% interval lies within ``+-m``    the 95% one lies outside
+============  ================================  ======================================  ============================
+
+(95% is ``1 - alpha`` and 90% is ``1 - 2 alpha`` at the default ``alpha = 0.05``; the equivalence rule is
+the two one-sided tests, TOST, at ``alpha``.)
 
 So a directional claim whose true effect sits exactly on its margin "holds" with probability
 ``alpha / 2`` (2.5%), and an equivalence claim on its margin with probability at most ``alpha`` (5%).
