@@ -25,30 +25,33 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Execute every chapter in the book profile and build the HTML into _build/html.
-# scripts/execute_book.py executes the chapters into the execution cache first (JOBS at a time; every
-# failure listed, the chapters that succeeded kept), which Jupyter Book then reads; a second run
+# scripts/execute_book.py executes the chapters into the execution cache first (CHAPTER_JOBS at a time;
+# every failure listed, the chapters that succeeded kept), which Jupyter Book then reads; a second run
 # re-executes only the chapters that changed.
 # Chapters record their verdicts in _build/ledger; reports/reproduction.md (always re-executed, and
 # read last) turns them into the "Reproduction status" page.
-# JOBS > 1 is for machines with cores to spare. On 2 cores it was slower in the one try made: with the
-# advantages chapter (and its two worker processes) beside it, the lab, 141 s alone, ran over 20 minutes
+# JOBS: the worker processes a chapter's study grid runs on (rlcourse.studies, one BLAS thread each;
+# RLCOURSE_BACKEND=ray with RAY_ADDRESS set sends the cells to a Ray cluster instead). CHAPTER_JOBS > 1
+# executes several chapters at once, for machines with cores to spare: on 2 cores it was slower in the
+# one try made (the lab, 141 s alone, ran over 20 minutes beside the advantages chapter's workers).
 JOBS ?= 1
+CHAPTER_JOBS ?= 1
 # per-cell limit of that step: the advantages chapter's race (nine 300-step runs) passed the 900 s of
 # _config.yml (which a build without this step keeps) in a fresh-clone make book at load ~3
 BOOK_TIMEOUT ?= 1800
-BOOK_ENV = RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE)
+BOOK_ENV = RLCOURSE_JOBS=$(JOBS) RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE)
 book: $(STAMP)
-	$(BOOK_ENV) $(PY) scripts/execute_book.py --jobs $(JOBS) --timeout $(BOOK_TIMEOUT)
-	touch reports/papers.md reports/syllabus.md reports/reproduction.md  # Sphinx re-reads (and so re-executes) only files that changed
+	$(BOOK_ENV) $(PY) scripts/execute_book.py --jobs $(CHAPTER_JOBS) --timeout $(BOOK_TIMEOUT)
+	touch reports/papers.md reports/syllabus.md reports/reproduction.md reports/execution.md  # Sphinx re-reads (and so re-executes) only files that changed
 	$(BOOK_ENV) $(VENV)/bin/jupyter-book build . --warningiserror --nitpick --keep-going
 
 # Unit tests, then every chapter and capstone executed in the smoke profile.
 test: $(STAMP)
 	RLCOURSE_PROFILE=smoke $(PY) -m pytest -q
 
-# The chapters' claims in the book profile (slow: several minutes per chapter).
+# The chapters' claims in the book profile (slow: several minutes per chapter); JOBS as for make book.
 claims: $(STAMP)
-	RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims
+	RLCOURSE_JOBS=$(JOBS) RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims
 
 # JupyterLab on the chapters: a chapter's .md opens as a notebook (jupytext), with this repository's
 # settings (.jupyter/lab/user-settings) instead of the user's own.

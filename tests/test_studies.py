@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlcourse.studies import Study, cell_key, run_study
+from rlcourse.studies import Study, cell_key, run_study, study_manifests
 from rlcourse.studies import demo
 
 
@@ -31,9 +31,9 @@ def test_serial_loky_and_ray_give_the_same_metrics_per_cell(monkeypatch):
 def test_the_cache_resumes_and_a_change_reruns(tmp_path):
     s = small()
     first = run_study(s, cache_root=tmp_path)
-    assert not first.cached and len(list((tmp_path / "demo").glob("*.json"))) == len(s.cells())
+    assert not first.cached and len(list((tmp_path / "demo").glob("[0-9a-f]*.json"))) == len(s.cells())
     # an interrupted grid: one cell's file lost, one torn; the rest is read back
-    files = sorted((tmp_path / "demo").glob("*.json"))
+    files = sorted((tmp_path / "demo").glob("[0-9a-f]*.json"))
     files[0].unlink()
     files[1].write_text("{")
     again = run_study(s, cache_root=tmp_path)
@@ -41,6 +41,9 @@ def test_the_cache_resumes_and_a_change_reruns(tmp_path):
     assert again.cpu_seconds > 0 and again.wall_seconds > 0
     # new sizes are a new key: nothing cached is read
     assert not run_study(small(lr=0.4), cache_root=tmp_path).cached
+    # the study's last run is on record with its cost
+    (manifest,) = study_manifests(tmp_path)
+    assert manifest["study"] == "demo" and manifest["cells"] == len(s.cells()) and manifest["cpu_seconds"] > 0
     # so is changed code
     assert cell_key(s, "REINFORCE", 0, code="a") != cell_key(s, "REINFORCE", 0, code="b")
 

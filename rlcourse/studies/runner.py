@@ -306,5 +306,40 @@ def run_study(study: Study, *, jobs: int | None = None, backend: str | None = No
     finally:
         bar.close()
     order = study.cells()
-    return Results(study=study, metrics={c: metrics[c] for c in order}, seconds={c: seconds[c] for c in order},
-                   cpu={c: cpu[c] for c in order}, cached=cached)
+    results = Results(study=study, metrics={c: metrics[c] for c in order}, seconds={c: seconds[c] for c in order},
+                      cpu={c: cpu[c] for c in order}, cached=cached)
+    if cache:
+        _write_manifest(folder, results, jobs, backend)
+    return results
+
+
+MANIFEST = "_last_run.json"
+
+
+def _write_manifest(folder: Path, results: Results, jobs: int, backend: str) -> None:
+    """What the study's last run was: its grid, its cost in CPU seconds, and how it ran."""
+    study = results.study
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"study": study.name, "arms": list(study.arms), "seeds": list(study.seeds), "sizes": dict(study.sizes),
+            "cells": len(results.metrics), "cached": len(results.cached), "cpu_seconds": results.cpu_seconds,
+            "wall_seconds": results.wall_seconds, "jobs": jobs, "backend": backend,
+            "profile": os.environ.get("RLCOURSE_PROFILE", "book"), "recorded_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    tmp = folder / f"{MANIFEST}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(folder / MANIFEST)
+
+
+def study_manifests(root: str | Path | None = None) -> list[dict]:
+    """The last run of every study cached under ``root`` (default: the model cache's ``studies``), by name:
+    its grid and its cost (``cpu_seconds``: what one core spends on it; ``N`` cores take about 1/N of that)."""
+    if root is None:
+        from ..profiles import cache_dir
+
+        root = cache_dir() / "studies"
+    out = []
+    for path in sorted(Path(root).glob(f"*/{MANIFEST}")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
