@@ -291,7 +291,7 @@ TTS_CLAIMS = {
                   "at k = n is less than half its lead at k = 1",
         source="this chapter; the paper's reading of pass@k", setting=_TTS_SETTING + "; scorer = graded true "
         "reward + N(0, 0.5^2) noise", metric="RL's lead in best-of-k", method="lead at k = 32",
-        baseline="half the lead at k = 1", kind="less", margin=0.0),
+        baseline="half the lead at k = 1", kind="less", margin=0.0, role="course hypothesis"),
 }
 
 

@@ -442,7 +442,8 @@ def test_jigsaw_verdicts_read_the_sweep_at_the_asked_tail_weight():
     assert set(v) == {"gain", "migration"}
     assert v["gain"].claim is CLAIMS["gain"] and v["gain"].verdict == "holds"
     assert v["gain"].effect == pytest.approx(0.52) and v["migration"].effect == pytest.approx(0.3)
-    # at sigma = 0 every gain is exactly 1: no interval above 1, so the claim does not hold there
-    assert jigsaw_verdicts(sweep, sigma=0.0)["gain"].verdict == "does not hold"
+    # at sigma = 0 every gain is exactly 1: no spread, so no interval and no verdict either way
+    at_zero = jigsaw_verdicts(sweep, sigma=0.0)["gain"]
+    assert at_zero.verdict == "inconclusive" and "no spread" in at_zero.sentence()
     with pytest.raises(ValueError, match="no tail weight"):
         jigsaw_verdicts(sweep, sigma=0.5)
