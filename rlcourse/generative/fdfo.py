@@ -17,17 +17,14 @@ negative step, writes ``v_ref - u``).
 """
 from __future__ import annotations
 
-import copy
-import time
-
 import numpy as np
 import torch
 
 from ..claims import Claim, evaluate
 from ..losses import compute_policy_loss
-from ..profiles import Profile, one_torch_thread, profile as current_profile
-from .flow import (RING_STD, Trajectory, VelocityMLP, digits_classifier, digits_data, gaussian_step_logprob,
-                   load_flow, ring_centres, sample_ode, sample_sde, sde_step_moments)
+from ..profiles import Profile, profile as current_profile
+from .flow import (RING_STD, Trajectory, VelocityMLP, gaussian_step_logprob, ring_centres, sample_ode, sample_sde,
+                   sde_step_moments)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -250,20 +247,14 @@ def calls_to_reach(calls: np.ndarray, curve: np.ndarray, level: float) -> float:
     return float(np.asarray(calls)[hit[0]]) if len(hit) else float("inf")
 
 
-def run_fdfo_experiment(prof: Profile | None = None) -> dict:
-    """FDFO against the per-step policy gradient, on the same reward and the same reward-call budget.
+def run_fdfo_experiment(prof: Profile | None = None, *, jobs: int | None = None) -> dict:
+    """FDFO against the per-step policy gradient, on the same reward and the same reward-call budget: the
+    chapter's study (:mod:`rlcourse.studies.flow_pairs`), whose settings are chosen on tuning seeds that
+    no reported run uses, then compared paired by seed on the profile's ``toy_seeds`` seeds
+    (:func:`fdfo_verdicts`)."""
+    from ..studies.flow_pairs import run_experiment
 
-    Two tasks. Digits (main): the digits flow model, reward P("7") from a logistic-regression
-    classifier. 2-D: the ring flow model, reward ``-||x - c||`` with ``c`` the mode at 45 degrees.
-    Each arm runs a small grid of settings (FDFO: trust region ``eps`` in {0.03 (the paper's), 0.3};
-    policy gradient: two learning rates) on the first ``tune_seeds`` seeds, with the same number of
-    reward calls per iteration (``pairs`` pairs against ``2 pairs`` independent runs); each arm's best
-    setting (largest mean reward over the whole run, averaged over those seeds) then runs on all the
-    profile's ``toy_seeds`` seeds, and the arms are compared there, paired by seed (:func:`fdfo_verdicts`). Evaluation uses deterministic
-    (ODE) samples from fixed noise: the mean reward, and a quality and a diversity measure per task.
-    """
-    with one_torch_thread():
-        return _run(prof or current_profile())
+    return run_experiment(prof or current_profile(), jobs=jobs)
 
 
 def _ring_metrics(model: VelocityMLP, x0: torch.Tensor, steps: int) -> list[float]:
@@ -291,96 +282,6 @@ def _train_arm(arm: str, model: VelocityMLP, reward_fn, cfg: dict, iters: int, p
                           seed=seed, eval_fn=eval_fn, eval_every=eval_every)
     return train_ddpo(model, reward_fn, iters, 2 * pairs, cfg["lr"], steps, noise=cfg["noise"], seed=seed,
                       eval_fn=eval_fn, eval_every=eval_every)
-
-
-def _compare(base: VelocityMLP, reward_fn, eval_fn, configs: dict, iters: int, pairs: int, steps: int,
-             seeds: int, eval_every: int, tune_seeds: int) -> dict:
-    """Run every arm's settings on the first ``tune_seeds`` seeds, pick each arm's best setting (largest
-    reward averaged over the run and those seeds), then run the best setting on the remaining seeds.
-
-    ``curves[arm]`` is ``(settings, seeds, evals, metrics)``; a setting that was not chosen holds NaN
-    on the seeds it did not run. Seed ``s`` uses the same training seed in both arms (paired).
-    """
-    if not 1 <= tune_seeds <= seeds:
-        raise ValueError(f"tune_seeds must be in [1, seeds={seeds}], got {tune_seeds}")
-    out: dict = {}
-    for arm, cfgs in configs.items():
-        curves, first_models = None, []
-        for ci, cfg in enumerate(cfgs):
-            for s in range(tune_seeds):
-                m = copy.deepcopy(base).train()
-                log = _train_arm(arm, m, reward_fn, cfg, iters, pairs, steps, 1000 + 17 * s, eval_fn, eval_every)
-                ev = np.array(log["eval"])
-                if curves is None:
-                    curves = np.full((len(cfgs), seeds) + ev.shape, np.nan)
-                curves[ci, s] = ev
-                out["calls"] = np.array(log["calls"])
-                if s == 0:
-                    first_models.append(m.eval())
-        best = int(np.argmax(curves[:, :tune_seeds, :, 0].mean(axis=(1, 2))))
-        for s in range(tune_seeds, seeds):
-            m = copy.deepcopy(base).train()
-            log = _train_arm(arm, m, reward_fn, cfgs[best], iters, pairs, steps, 1000 + 17 * s, eval_fn, eval_every)
-            curves[best, s] = np.array(log["eval"])
-        out[arm] = {"curves": curves, "best": best, "cfg": cfgs[best], "all_cfgs": cfgs, "model": first_models[best]}
-    base_reward = float(out["fdfo"]["curves"][0, 0, 0, 0])
-    finals = {a: float(out[a]["curves"][out[a]["best"], :, -1, 0].mean()) for a in configs}
-    level = base_reward + 0.9 * (max(finals.values()) - base_reward)
-    out["base_reward"], out["level"] = base_reward, float(level)
-    for a in configs:
-        c = out[a]["curves"][out[a]["best"]]
-        out[a]["final"] = finals[a]
-        out[a]["calls_to_level"] = np.array([calls_to_reach(out["calls"], c[s, :, 0], level) for s in range(seeds)])
-        # area under the reward-vs-calls curve over the budget (evaluations are equally spaced in calls):
-        # a finite per-seed measure of "reaches a higher reward sooner"
-        out[a]["auc"] = c[:, :, 0].mean(axis=1)
-    return out
-
-
-def _run(prof: Profile) -> dict:
-    t_start = time.perf_counter()
-    seeds = prof.toy_seeds
-    tune_seeds = min(seeds, prof.pick(1, 2, 2))  # the settings grid runs on these; the best on all
-    pairs = prof.pick(8, 32, 64)
-    steps = prof.pick(5, 20, 40)
-    configs = {
-        "fdfo": prof.pick([{"lr": 1e-4, "churn": 1.0, "eps": 0.3}],
-                          [{"lr": 1e-4, "churn": 1.0, "eps": 0.03}, {"lr": 1e-4, "churn": 1.0, "eps": 0.3}]),
-        "pg": prof.pick([{"lr": 1e-4, "noise": 1.0}],
-                        [{"lr": 1e-4, "noise": 1.0}, {"lr": 3e-4, "noise": 1.0}]),
-    }
-    res: dict = {"seeds": seeds, "tune_seeds": tune_seeds, "pairs": pairs, "steps": steps, "configs": configs}
-
-    # ---- digits (main) ----
-    dbase, _ = load_flow("digits", prof)
-    data, _ = digits_data()
-    clf = digits_classifier()
-    dreward = lambda x: digits_reward(clf, x)  # noqa: E731
-    xd = torch.randn(prof.pick(128, 512, 2000), 64, generator=torch.Generator().manual_seed(6))
-    d_eval = lambda m: _digits_metrics(m, xd, steps, dreward, data)  # noqa: E731
-    d_iters, d_every = prof.pick(2, 30, 100), prof.pick(1, 3, 10)
-    res["digits"] = _compare(dbase, dreward, d_eval, configs, d_iters, pairs, steps, seeds, d_every, tune_seeds)
-    res["digits"]["iters"] = d_iters
-    d_show = torch.randn(10, 64, generator=torch.Generator().manual_seed(8))
-    images = {"base": sample_ode(dbase, d_show, steps).clamp(-1, 1).numpy()}
-    for a in configs:
-        images[a] = sample_ode(res["digits"][a].pop("model"), d_show, steps).clamp(-1, 1).numpy()
-    res["digits"]["images"] = images
-
-    # ---- 2-D ----
-    base, _ = load_flow("ring", prof)
-    x_eval = torch.randn(prof.pick(256, 2000, 5000), 2, generator=torch.Generator().manual_seed(4321))
-    r_eval = lambda m: _ring_metrics(m, x_eval, steps)  # noqa: E731
-    r_iters, r_every = prof.pick(2, 32, 150), prof.pick(1, 4, 10)
-    res["ring"] = _compare(base, ring_reward, r_eval, configs, r_iters, pairs, steps, seeds, r_every, tune_seeds)
-    res["ring"]["iters"] = r_iters
-    x_show = torch.randn(500, 2, generator=torch.Generator().manual_seed(5))
-    samples = {"base": sample_ode(base, x_show, steps).numpy()}
-    for a in configs:
-        samples[a] = sample_ode(res["ring"][a].pop("model"), x_show, steps).numpy()
-    res["ring"]["samples"] = samples
-    res["seconds"] = time.perf_counter() - t_start
-    return res
 
 
 # ----------------------------------------------------------------------------------------------
