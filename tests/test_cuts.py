@@ -152,12 +152,12 @@ def test_cuts_is_loss_weights_and_falls_back_to_vanilla():
     plain, _ = compute_policy_loss(old, new, adv, mask)
     alone, _ = compute_cuts_is_loss(old, new, adv, mask)
     on_policy, m = compute_cuts_is_loss(old, new, adv, mask, behaviour_logprob=old.clone())
-    assert torch.allclose(plain, alone) and torch.allclose(plain, on_policy) and abs(m["cuts_is_weight"] - 1) < 1e-6
+    assert torch.allclose(plain, alone) and torch.allclose(plain, on_policy) and abs(m["behaviour_is_weight"] - 1) < 1e-6
     behaviour = old - torch.rand(B, T, generator=g) * 2  # q below pi: weights above 1, capped at 2
     w = torch.exp(old - behaviour).clamp(max=2.0)
     got, m = compute_cuts_is_loss(old, new, adv, mask, behaviour_logprob=behaviour)
     want, _ = compute_policy_loss(old, new, adv * w, mask)
-    assert torch.allclose(got, want) and m["cuts_is_weight"] <= 2.0
+    assert torch.allclose(got, want) and m["behaviour_is_weight"] <= 2.0
     with pytest.raises(ValueError, match="is_cap"):
         compute_cuts_is_loss(old, new, adv, mask, behaviour_logprob=behaviour, is_cap=0.0)
     with pytest.raises(ValueError, match="behaviour_logprob"):

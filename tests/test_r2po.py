@@ -173,7 +173,7 @@ def test_corrected_loss_is_the_vanilla_loss_with_weighted_advantages():
     w = torch.exp(((old - beh) * mask).sum(-1, keepdim=True)).expand(B, T)
     torch.testing.assert_close(seq, compute_policy_loss(old, logp, adv * w, mask)[0])
     capped, mc = compute_r2po_loss(old, logp, adv, mask, behaviour_logprob=beh, is_cap=1.1)
-    assert mc["r2po_is_weight_max"] <= 1.1 + 1e-6
+    assert mc["behaviour_is_weight_max"] <= 1.1 + 1e-6
     assert POLICY_LOSSES.get("r2po") is compute_r2po_loss
     with pytest.raises(ValueError, match="is_level"):
         compute_r2po_loss(old, logp, adv, mask, behaviour_logprob=beh, is_level="row")

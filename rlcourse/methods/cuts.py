@@ -13,7 +13,8 @@ off-policy handling and every equation here are the course's reconstruction.
                                   ``n_explore`` rows from CUTS (``rlcourse.lm.sample(proposal=)``);
                                   scores the rows and logs each sub-group's reward
 ``cuts_is``         policy loss   PPO-clip with each token's advantage weighted by the truncated
-                                  importance ratio ``min(pi_old / q, is_cap)`` (``behaviour_logprob``)
+                                  importance ratio ``min(pi_old / q, 2)``: an alias of the shared
+                                  ``behaviour_is`` loss (:mod:`rlcourse.methods.behaviour_is`)
 ``addition_short``  task          two-digit sums with one single-digit operand (``86+3=``): the
                                   harder held-out variant of the chapter's experiment
 =================== ============= ==============================================================
@@ -21,7 +22,6 @@ off-policy handling and every equation here are the course's reconstruction.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from dataclasses import replace
 
@@ -29,13 +29,12 @@ import numpy as np
 import torch
 
 from ..claims import Claim, Verdict, evaluate
-from ..losses import register_policy_loss
 from ..metrics import distinct_count, empirical_entropy, frac_mixed_groups
 from ..ops import masked_mean
 from ..profiles import Profile, one_torch_thread
-from ..replay import compute_ppo_is_loss
 from ..rollout import register_sampler
 from ..lm.sampling import sample
+from .behaviour_is import behaviour_is_alias
 from ..tasks import Addition, Example, register_task
 
 PAPER = ("Too Correct to Learn: Reinforcement Learning on Saturated Reasoning Data, Z. Liang, Y. Zhou, S. Lu, "
@@ -237,42 +236,8 @@ def mixed_cuts_sampler(model, tokenizer, prompts, config, generator, examples, t
     return replace(batch, scores=scores, metrics={**batch.metrics, **metrics})
 
 
-@register_policy_loss("cuts_is")
-def compute_cuts_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                         response_mask: torch.Tensor, behaviour_logprob: torch.Tensor | None = None,
-                         is_cap: float = 2.0, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                         clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", **agg_kwargs):
-    """PPO-clip whose per-token advantage is weighted by the truncated importance ratio of the
-    behaviour distribution, ``w_t = min(pi_old(y_t) / q(y_t), is_cap)`` (``= min(|C_t| pi_old(y_t), cap)``
-    on CUTS rows, 1 on rows sampled from the policy). Without ``behaviour_logprob`` (a sampler that
-    records none) it is the ``"vanilla"`` loss. The weighting itself is
-    :func:`rlcourse.replay.compute_ppo_is_loss`.
-
-    ================== ========= ==============================================
-    behaviour_logprob  ``(B,T)`` log q(y_t) of the drawn tokens (0 where masked)
-    is_cap             float     the truncation (> 0; ``inf``: no truncation)
-    others             ``(B,T)`` as in ``"vanilla"``
-    returns                      ``(loss, metrics)``; metrics add ``cuts_is_weight`` (mean w)
-    ================== ========= ==============================================
-    """
-    if not is_cap > 0:
-        raise ValueError(f"is_cap must be > 0, got {is_cap}")
-    weight = None
-    if behaviour_logprob is not None:
-        if tuple(behaviour_logprob.shape) != tuple(old_log_prob.shape):
-            raise ValueError(f"behaviour_logprob has shape {tuple(behaviour_logprob.shape)}, "
-                             f"old_log_prob {tuple(old_log_prob.shape)}")
-        weight = torch.exp((old_log_prob - behaviour_logprob).clamp(max=math.log(is_cap) if math.isfinite(is_cap)
-                                                                     else 50.0)).detach() * response_mask
-    loss, metrics = compute_ppo_is_loss(old_log_prob, log_prob, advantages, response_mask, is_weight=weight,
-                                        clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, **agg_kwargs)
-    if weight is not None:
-        metrics = {**metrics, "cuts_is_weight": float(masked_mean(weight, response_mask))}
-    return loss, metrics
-
-
-compute_cuts_is_loss.zero_at_zero_advantage = True
+# the off-policy weight min(pi_old / q, 2) on CUTS rows: the shared behaviour-IS loss with the chapter's cap
+compute_cuts_is_loss = behaviour_is_alias("cuts_is", is_cap=2.0)
 
 
 @register_task("addition_short")

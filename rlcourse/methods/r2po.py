@@ -19,7 +19,8 @@ Parts registered here:
   behaviour log-probabilities in ``extras["behaviour_logprob"]``; ``batch.logprobs`` are the inference
   policy's, so every existing loss runs the authors' (uncorrected) update;
 * policy loss ``"r2po"``: PPO-clip with each token's advantage multiplied by
-  ``w_t = pi_old(y_t) / mu(y_t)`` (the corrected ratio);
+  ``w_t = pi_old(y_t) / mu(y_t)`` (the corrected ratio): the shared ``"behaviour_is"`` loss of
+  :mod:`rlcourse.methods.behaviour_is` under the chapter's name;
 * reward ``"r2po_format"``: the authors' reward (correct +-1, format +1.25 / -1);
 
 and the chapter's closed-form bandit and tiny-LM experiment.
@@ -37,12 +38,13 @@ import torch
 import torch.nn.functional as F
 
 from ..claims import Claim, Verdict, evaluate
-from ..losses import compute_policy_loss, register_policy_loss
+from ..losses import register_policy_loss
 from ..metrics import distinct_count, mean_pass_at_k
 from ..ops import check_same_shape, masked_mean
 from ..profiles import Profile, one_torch_thread
 from ..rewards import register_reward
 from ..rollout import register_sampler
+from .behaviour_is import compute_behaviour_is_loss
 
 PAPER = ("R^2PO: Decoupling Training Trajectories from Inference Responses for LLM Reasoning, J. Wang, B. Xu, "
          "Y. Yuan, B. Xie, X. Sun, H. Shen (2026, arXiv:2601.11960)")
@@ -214,53 +216,8 @@ def bandit_run(theta0, f, r, steps: int = 200, lr: float = 1.0) -> dict:
 
 
 # ---------------------------------------------------------------------- the registered loss
-@register_policy_loss("r2po")
-def compute_r2po_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                      response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                      clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
-                      behaviour_logprob: torch.Tensor | None = None, is_level: str = "token",
-                      is_cap: float | None = None, **agg_kwargs):
-    """PPO-clip on rollouts drawn from a behaviour policy ``mu`` (the head on), corrected by
-    ``w = pi_old / mu``: the vanilla loss with advantages ``w * A`` (``w`` has no gradient).
-
-    ``is_level="token"``: ``w_t = exp(old_t - behaviour_t)``, each token's own ratio;
-    ``"sequence"``: one weight per row, ``exp(sum_t (old_t - behaviour_t))`` (unbiased for the
-    sequence, higher variance). ``is_cap`` truncates ``w`` at a value (None: no cap). Without
-    ``behaviour_logprob`` (a sampler that draws from the policy) ``w = 1``: the vanilla loss.
-
-    ================== ========= =================================================
-    old_log_prob       ``(B,T)`` ``log pi_old(y_t)``, inference policy at sampling
-    log_prob           ``(B,T)`` ``log pi_theta(y_t)`` (gradient)
-    advantages         ``(B,T)``
-    response_mask      ``(B,T)``
-    behaviour_logprob  ``(B,T)`` ``log mu(y_t)`` of the drawn tokens, or None
-    returns                      ``(loss, metrics)``: the vanilla metrics plus ``r2po_is_weight``
-                                 (mean w) and ``r2po_is_weight_max``
-    ================== ========= =================================================
-    """
-    if is_level not in ("token", "sequence"):
-        raise ValueError(f"is_level must be 'token' or 'sequence', got {is_level!r}")
-    if is_cap is not None and not is_cap > 0:
-        raise ValueError(f"is_cap must be positive or None, got {is_cap}")
-    w = torch.ones_like(advantages)
-    if behaviour_logprob is not None:
-        check_same_shape(behaviour_logprob=behaviour_logprob, advantages=advantages, old_log_prob=old_log_prob)
-        log_w = ((old_log_prob - behaviour_logprob) * response_mask).detach()
-        if is_level == "sequence":
-            log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)
-        w = torch.exp(log_w.clamp(max=20.0))
-        if is_cap is not None:
-            w = w.clamp(max=is_cap)
-    loss, metrics = compute_policy_loss(old_log_prob, log_prob, advantages * w, response_mask,
-                                        clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, **agg_kwargs)
-    metrics = dict(metrics)
-    metrics["r2po_is_weight"] = float(masked_mean(w, response_mask))
-    metrics["r2po_is_weight_max"] = float((w * response_mask).max())
-    return loss, metrics
-
-
-compute_r2po_loss.zero_at_zero_advantage = True
+# the corrected ratio pi_old / mu: the shared behaviour-IS loss, registered under the chapter's name too
+compute_r2po_loss = register_policy_loss("r2po")(compute_behaviour_is_loss)
 
 
 # ---------------------------------------------------------------------- the reward
