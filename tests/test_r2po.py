@@ -325,3 +325,17 @@ def test_pass1_verdict_is_uninformative_when_the_head_drifted():
     assert within["head_kl"].holds and within["pass1"].verdict == "does not hold"
     assert within["pass1"].claim.control == within["head_kl"].claim.key
     assert within["format"].claim.role == "course hypothesis" and within["head_kl"].claim.role == "positive control"
+
+
+def test_head_lr_sweep_runs_on_choosing_seeds_and_prompts():
+    import rlcourse
+    from rlcourse.methods.r2po import choose_head_lr, head_lr_sweep, run_lm_experiment
+
+    P = rlcourse.profile("smoke")
+    sweep = head_lr_sweep(P, head_lrs=(1e-2,), seeds=(10,))
+    assert set(sweep) == {1e-2} and sweep[1e-2].shape == (1,) and np.isfinite(sweep[1e-2]).all()
+    assert choose_head_lr(sweep, kl_max=1e9) == 1e-2
+    with pytest.raises(ValueError, match="disjoint"):
+        head_lr_sweep(P, seeds=(1, 2, 3))
+    with pytest.raises(ValueError, match="prompts"):
+        run_lm_experiment(P, prompts="test")
