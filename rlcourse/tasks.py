@@ -319,3 +319,20 @@ def task_names() -> list[str]:
     from .registry import load_methods
     load_methods()
     return sorted(_TASKS)
+
+
+def held_out_splits(task: Task, n_report: int, n_choose: int, seed: int = 0) -> tuple[list[Example], list[Example]]:
+    """Two disjoint sets of held-out (``"test"``) prompts: ``n_report`` to report verdicts on, and
+    ``n_choose`` others to choose settings on (a budget, a learning rate) without touching them.
+
+    The reported set is exactly ``task.examples(n_report, seed, split="test")`` (the draw is
+    prefix-stable), so adding a choosing set leaves earlier reported prompts unchanged.
+
+    =========  =========  ==============================================
+    returns    tuple      ``(report, choose)``, lists of distinct prompts
+    =========  =========  ==============================================
+    """
+    if n_report < 1 or n_choose < 1:
+        raise ValueError(f"need n_report >= 1 and n_choose >= 1, got {n_report} and {n_choose}")
+    both = task.examples(n_report + n_choose, seed=seed, split="test")
+    return both[:n_report], both[n_report:]

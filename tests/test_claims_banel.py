@@ -5,7 +5,8 @@ samples and than the count bonus with GRPO under the same budget of reward evalu
 and the positive control (the true failure set as the region) finds more than the attacker's own
 samples; on the exact toy BaNEL finds more of the two rare successes than prior samples.
 
-A book run of the same functions (3 seeds, 192 evaluations per arm, 2 Dec 2026, on a shared,
+An earlier version of this experiment (verdicts on percentile-bootstrap intervals, not gated on the
+control). A book run of the same functions (3 seeds, 192 evaluations per arm, 2 Dec 2026, on a shared,
 loaded machine: 364 s for the attack; the whole chapter then executed in the book profile in 225 s
 (load ~5; an earlier book execution under load ~20 hit the 900 s cell limit
 ) gave: base rate 0.0165 on 2000 attacker samples (every
@@ -15,6 +16,10 @@ malformed queries); BaNEL 64, 51, 39; oracle region (control) 177, 184, 178. Ver
 attacker +47.3 [36.0, 62.0], holds; BaNEL vs count bonus +38.0 [11.0, 64.0], holds; final sampler
 rate minus 10 x the attacker's +0.604 [0.344, 0.828], holds (BaNEL's final rates 0.91, 0.66, 0.88);
 control +175.7 [175.0, 177.0], holds; sign-flip p = 0.25 for each (3 seeds).
+The same per-seed values decided on 95% t-intervals (re-evaluated, not re-run): BaNEL vs attacker +47.3
+[14.3, 80.4], holds; BaNEL vs count bonus +38.0 [-27.9, 103.9], inconclusive (the count-bonus seeds
+0, 40, 0 spread too far for 3 seeds); control +175.7 [172.8, 178.5], holds. The current version (the
+three comparisons gated on the control) has not been run in the book profile yet.
 """
 import numpy as np
 import pytest
@@ -41,3 +46,7 @@ def test_attack_claims_direction():
     assert found["banel"] > found["random"], found
     assert found["banel"] > found["novelty"], found
     assert out["verdicts"]["control"].verdict != "does not hold"
+    v = out["verdicts"]
+    for name in ("vs_random", "vs_novelty", "final_rate"):
+        assert v[name].claim.control == v["control"].claim.key
+        assert (v[name].verdict == "uninformative") == (not v["control"].holds), name

@@ -2,7 +2,7 @@
 
 The same experiment function, with the same arguments, as book/r2po.md: `run_lm_experiment` at the
 profile's defaults (GRPO, R2PO with the released ratio, R2PO with the corrected ratio; P.seeds paired
-seeds), decided by `lm_verdicts`.
+seeds), decided by `lm_verdicts` on Student-t intervals.
 
 What is asserted follows from the claims and the mechanism, not from a run's numbers:
 - the mechanism itself: the head moves the training rollouts away from the policy (the sampled
@@ -13,10 +13,14 @@ What is asserted follows from the claims and the mechanism, not from a run's num
   than GRPO's, so that verdict must not be "does not hold";
 - the positive control holds (GRPO lifts pass@1 above the base model by more than the paper's 3.4
   points), so the accuracy verdicts can speak to the paper;
-- every verdict is computed over P.seeds seeds and is consistent with its interval. The accuracy and
-  format claims may come out either way at this scale; the chapter's text is written for any verdict.
+- the pass@1 and corrected-ratio claims rest on the head-KL control (the head's end-of-run per-token
+  KL below r2po.HEAD_KL_MAX in both R2PO arms): they are "uninformative" exactly when it did not hold;
+- every verdict is computed over P.seeds seeds and is the decision rule's on its own seed differences.
+  The accuracy and format claims may come out either way at this scale; the chapter's text is written
+  for any verdict.
 
-The chapter's book run (3 seeds, 12 steps, 48 held-out prompts x 8 samples; the experiment 830 s wall
+Records of earlier versions of this experiment (verdicts then on percentile-bootstrap intervals, no
+head-KL control). 3 seeds, 12 steps, 48 held-out prompts x 8 samples; the experiment 830 s wall
 and the whole chapter 1073 s under a load of about 15 on the 2 cores, 3 min 10 s of CPU time; a
 separate run of the experiment alone, and a book run of the final chapter text in 599 s under a load
 of about 12, 2 min 48 s of CPU time, gave the same numbers) gave: distinct answers per group of the training
@@ -35,7 +39,12 @@ pass@1 +0.055..+0.118, above the margin on every seed, so every arm now trains 8
 (r2po.LM_STEPS, LM_LR). The chapter's book run on 4 Dec 2026 (112 s): control holds (+0.088 [0.070,
 0.122]); diversity holds (5.25 vs 4.09 [0.52, 1.50]); malformed share holds (0.022 vs 0.032); pass@1 of
 released R2PO against GRPO does not hold (0.371 vs 0.434, -0.063 [-0.068, -0.057]); corrected against
-released inconclusive (+0.009 [-0.010, 0.039]).
+released inconclusive (+0.009 [-0.010, 0.039]). A one-seed re-run of that version (seed 0) showed the
+head drifting over the 80 steps: the training batches' per-token KL went from 0.156 (first 10 steps) to
+0.348 (last 10) released and from 0.022 to 0.430 corrected, and the R2PO arms' greedy accuracy ended at
+or below the base model's. Hence the head-KL control and the head-learning-rate rule (r2po.choose_head_lr,
+to be run with r2po.head_lr_sweep on seeds 10-12 and the choosing prompts). The current version has not
+been run in the book profile yet.
 """
 import numpy as np
 import pytest
@@ -66,7 +75,12 @@ def test_r2po_claims(P, run):
     assert kl["R2PO (released ratio)"] > 0 and kl["R2PO (corrected ratio)"] > 0
     assert v["diverse"].verdict != "does not hold", v["diverse"].sentence()
     assert v["control"].verdict == "holds", v["control"].sentence()  # the testbed can show an accuracy gain
+    for name in ("pass1", "corrected"):
+        assert (v[name].verdict == "uninformative") == (not v["head_kl"].holds), v[name].sentence()
     for name, verdict in v.items():
         assert verdict.seeds == P.seeds, name
-        c = verdict.claim  # the verdict is the rule's on its own interval
-        assert decide(c.kind, c.margin, verdict.low, verdict.high, verdict.seeds) == verdict.verdict, name
+        c = verdict.claim  # the verdict is the rule's on its own seed differences
+        base = verdict.baseline_values if verdict.baseline_values is not None else c.reference
+        diffs = np.asarray(verdict.method_values) - np.asarray(base)
+        want = decide(c.kind, c.margin, diffs)
+        assert verdict.verdict in (want, "uninformative"), name

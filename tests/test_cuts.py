@@ -152,12 +152,12 @@ def test_cuts_is_loss_weights_and_falls_back_to_vanilla():
     plain, _ = compute_policy_loss(old, new, adv, mask)
     alone, _ = compute_cuts_is_loss(old, new, adv, mask)
     on_policy, m = compute_cuts_is_loss(old, new, adv, mask, behaviour_logprob=old.clone())
-    assert torch.allclose(plain, alone) and torch.allclose(plain, on_policy) and abs(m["cuts_is_weight"] - 1) < 1e-6
+    assert torch.allclose(plain, alone) and torch.allclose(plain, on_policy) and abs(m["behaviour_is_weight"] - 1) < 1e-6
     behaviour = old - torch.rand(B, T, generator=g) * 2  # q below pi: weights above 1, capped at 2
     w = torch.exp(old - behaviour).clamp(max=2.0)
     got, m = compute_cuts_is_loss(old, new, adv, mask, behaviour_logprob=behaviour)
     want, _ = compute_policy_loss(old, new, adv * w, mask)
-    assert torch.allclose(got, want) and m["cuts_is_weight"] <= 2.0
+    assert torch.allclose(got, want) and m["behaviour_is_weight"] <= 2.0
     with pytest.raises(ValueError, match="is_cap"):
         compute_cuts_is_loss(old, new, adv, mask, behaviour_logprob=behaviour, is_cap=0.0)
     with pytest.raises(ValueError, match="behaviour_logprob"):
@@ -210,3 +210,26 @@ def test_sampler_in_the_trainer(smoke_model):
                 Trainer(model, tok, "addition", RLConfig(**{**cfg.__dict__, **bad})).train(1)
         with pytest.raises(ValueError, match="n_explore"):
             Trainer(model, tok, "addition", RLConfig(**{**cfg.__dict__, "sampler_kwargs": {"n_explore": 9}})).train(1)
+
+
+def test_lm_verdicts_gate_the_mixed_groups_claim_on_the_exploring_control():
+    """The typical-set arm's mixed-groups verdict is 'uninformative' when the top-2 explorer did not raise
+    the mixed share, and an ordinary verdict when it did (made-up per-seed numbers)."""
+    from rlcourse.methods import cuts
+
+    def fake(explorer_gain):
+        arms = list(cuts.ARMS)
+        base = np.array([0.40, 0.42, 0.41])
+        vals = {"GRPO": base, "Mixed-CUTS": base - np.array([0.10, 0.12, 0.11]),
+                "Mixed-CUTS + IS": base, "GRPO on short-operand sums (control)": base + np.array([0.2, 0.21, 0.19]),
+                cuts.EXPLORER: base + explorer_gain}
+        out = {k: dict(vals) for k in ("mixed_train", "entropy", "hard")}
+        return {**out, "arms": arms, "steps": 20, "lr": 1e-4, "seconds": 1.0}
+
+    good = cuts.lm_verdicts(fake(np.array([0.20, 0.22, 0.21])))
+    assert good["explorer"].holds and good["mixed"].verdict == "does not hold"
+    assert good["mixed"].claim.control == good["explorer"].claim.key
+    bad = cuts.lm_verdicts(fake(np.array([0.01, -0.02, 0.0])))
+    assert not bad["explorer"].holds and bad["mixed"].verdict == "uninformative"
+    assert bad["hard"].verdict != "uninformative"  # the harder variant rests on the other control, which held
+    assert "steps" in good["mixed"].claim.setting and "20 steps" in good["mixed"].claim.setting

@@ -173,7 +173,7 @@ def test_corrected_loss_is_the_vanilla_loss_with_weighted_advantages():
     w = torch.exp(((old - beh) * mask).sum(-1, keepdim=True)).expand(B, T)
     torch.testing.assert_close(seq, compute_policy_loss(old, logp, adv * w, mask)[0])
     capped, mc = compute_r2po_loss(old, logp, adv, mask, behaviour_logprob=beh, is_cap=1.1)
-    assert mc["r2po_is_weight_max"] <= 1.1 + 1e-6
+    assert mc["behaviour_is_weight_max"] <= 1.1 + 1e-6
     assert POLICY_LOSSES.get("r2po") is compute_r2po_loss
     with pytest.raises(ValueError, match="is_level"):
         compute_r2po_loss(old, logp, adv, mask, behaviour_logprob=beh, is_level="row")
@@ -283,3 +283,59 @@ def test_trainer_runs_and_resumes_exactly(tiny, tmp_path):
     keys = ("r2po_kl", "r2po_distinct", "reward", "loss")
     assert [[m[k] for k in keys] for m in b.history] == [[m[k] for k in keys] for m in ref.history]
     assert all("r2po_head_loss" in m for m in ref.history)
+
+
+def test_head_lr_rule_reads_only_the_head_kl():
+    from rlcourse.methods.r2po import HEAD_KL_MAX, choose_head_lr, late_kl
+
+    sweep = {1e-2: [0.35, 0.12, 0.40], 3e-3: [0.08, 0.09, 0.11], 1e-3: [0.03, 0.05, 0.04], 3e-4: [0.01, 0.01, 0.02]}
+    assert choose_head_lr(sweep) == 1e-3  # the largest whose every seed stayed within 0.1
+    assert choose_head_lr(sweep, kl_max=0.12) == 3e-3 and choose_head_lr(sweep, kl_max=0.5) == 1e-2
+    assert choose_head_lr({1e-2: [0.5, 0.6]}) is None and HEAD_KL_MAX == 0.1
+    for bad in ({}, {1e-2: []}, {-1.0: [0.1]}, {1e-2: [float("nan")]}):
+        with pytest.raises(ValueError):
+            choose_head_lr(bad)
+    with pytest.raises(ValueError, match="kl_max"):
+        choose_head_lr(sweep, kl_max=0.0)
+    hist = [{"r2po_kl": k} for k in np.linspace(0.0, 0.9, 10)] + [{"loss": 1.0}] + [{"r2po_kl": 1.0}] * 10
+    assert late_kl(hist) == pytest.approx(1.0) and late_kl(hist, last=20) == pytest.approx(0.725)
+    with pytest.raises(ValueError, match="r2po_kl"):
+        late_kl([{"loss": 1.0}])
+
+
+def test_pass1_verdict_is_uninformative_when_the_head_drifted():
+    """lm_verdicts on made-up per-seed numbers: the accuracy claims rest on the head-KL control."""
+    from rlcourse.methods import r2po
+
+    def fake(kl):
+        def row(p1, dist, fmt, kl_):
+            r = {"inference": {"pass@1": p1, "format_errors": fmt, "distinct": dist},
+                 "training": {"distinct": dist}, "greedy": p1}
+            return r if kl_ is None else {**r, "late_kl": kl_}
+        arms = {"GRPO": [row(0.43 + d, 4.0 + d, 0.03, None) for d in (0.0, 0.01, -0.01)],
+                "R2PO (released ratio)": [row(0.37 + d, 5.2 + d, 0.05, k) for d, k in zip((0.0, 0.02, -0.01), kl)],
+                "R2PO (corrected ratio)": [row(0.35 + d, 5.0, 0.3, k) for d, k in zip((0.0, 0.01, 0.02), kl)]}
+        return {"arms": arms, "base": {"pass@1": 0.31}, "seconds": 1.0}
+
+    drifted = r2po.lm_verdicts(fake([0.35, 0.30, 0.41]))
+    assert drifted["head_kl"].verdict == "does not hold"
+    assert drifted["pass1"].verdict == drifted["corrected"].verdict == "uninformative"
+    assert drifted["diverse"].verdict != "uninformative"
+    within = r2po.lm_verdicts(fake([0.03, 0.05, 0.04]))
+    assert within["head_kl"].holds and within["pass1"].verdict == "does not hold"
+    assert within["pass1"].claim.control == within["head_kl"].claim.key
+    assert within["format"].claim.role == "course hypothesis" and within["head_kl"].claim.role == "positive control"
+
+
+def test_head_lr_sweep_runs_on_choosing_seeds_and_prompts():
+    import rlcourse
+    from rlcourse.methods.r2po import choose_head_lr, head_lr_sweep, run_lm_experiment
+
+    P = rlcourse.profile("smoke")
+    sweep = head_lr_sweep(P, head_lrs=(1e-2,), seeds=(10,))
+    assert set(sweep) == {1e-2} and sweep[1e-2].shape == (1,) and np.isfinite(sweep[1e-2]).all()
+    assert choose_head_lr(sweep, kl_max=1e9) == 1e-2
+    with pytest.raises(ValueError, match="disjoint"):
+        head_lr_sweep(P, seeds=(1, 2, 3))
+    with pytest.raises(ValueError, match="prompts"):
+        run_lm_experiment(P, prompts="test")

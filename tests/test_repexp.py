@@ -297,3 +297,28 @@ def test_exact_resume(smoke_model, tmp_path):
     for p, q in zip(b.model.parameters(), ref.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)
     assert [m["repexp_bonus"] for m in b.history] == [m["repexp_bonus"] for m in ref.history]
+
+
+def test_rl_verdicts_rest_on_the_planted_control():
+    """Made-up per-seed numbers: pass@32 and distinct modes are 'uninformative' when the planted control
+    did not hold, ordinary verdicts when it did; pass@1 is a course hypothesis with no control."""
+    import numpy as np
+    from rlcourse.methods import repexp
+
+    def fake(planted_gain):
+        g = np.array([1.00, 1.05, 0.95])
+        distinct = {"GRPO": g, "GRPO+RepExp": g + np.array([0.0, 0.01, -0.01]), "GRPO+RepExp (planted)": g + planted_gain}
+        p = {a: {1: np.array([0.6, 0.61, 0.59]), 32: np.array([0.8, 0.82, 0.79]) + (0.01 if a != "GRPO" else 0)}
+             for a in distinct}
+        return {"arms": repexp.RL_ARMS, "passk": p, "distinct": distinct, "steps": 90, "beta": 0.01,
+                "eval_prompts": 32, "seconds": 1.0}
+
+    held = repexp.rl_verdicts(fake(np.array([0.3, 0.35, 0.32])))
+    assert held["control"].holds and held["distinct"].verdict == "inconclusive"
+    failed = repexp.rl_verdicts(fake(np.array([0.01, -0.02, 0.0])))
+    assert failed["distinct"].verdict == failed["pass32"].verdict == "uninformative"
+    assert failed["pass1"].claim.role == "course hypothesis" and failed["pass1"].verdict != "uninformative"
+    with pytest.raises(ValueError, match="prompts"):
+        repexp.run_rl(None, prompts="test")
+    with pytest.raises(ValueError, match="arms"):
+        repexp.run_rl(None, arms=("GRPO+RepExp",))

@@ -91,3 +91,14 @@ def test_held_out_prompts_are_distinct_and_disjoint_from_training():
     one_digit = Addition(digits=1)  # 100 prompts in all, about 10 of them held out
     with pytest.raises(ValueError, match="distinct test prompts"):
         one_digit.examples(60, split="test")
+
+
+def test_held_out_splits_are_disjoint_and_keep_the_reported_prompts():
+    from rlcourse.tasks import get_task, held_out_splits
+
+    task = get_task("addition")
+    report, choose = held_out_splits(task, 12, 10, seed=7)
+    assert [e.prompt for e in report] == [e.prompt for e in task.examples(12, seed=7, split="test")]
+    assert len(choose) == 10 and not {e.prompt for e in report} & {e.prompt for e in choose}
+    with pytest.raises(ValueError, match="n_choose"):
+        held_out_splits(task, 12, 0)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,4 +210,6 @@ def cached_model(path: Path, build) -> tuple[LlamaForCausalLM, PreTrainedTokeniz
             shutil.rmtree(tmp, ignore_errors=True)
         return model.eval(), tokenizer
     finally:
-        hf_logging.enable_progress_bar()
+        with warnings.catch_warnings():  # with HF_HUB_DISABLE_PROGRESS_BARS=1 set, enabling warns (and stays off)
+            warnings.simplefilter("ignore", UserWarning)
+            hf_logging.enable_progress_bar()

@@ -618,17 +618,17 @@ def attack_claims(budget: int) -> dict:
                            "the base model does not, under the same number of reward evaluations",
                            metric=f"successful attacks found within {budget} reward evaluations",
                            method="BaNEL", baseline="attacker samples", kind="greater", margin=0.0,
-                           paper_number="success rate x278 over the base model (7,500 NRE)", unit="{:.1f}", **common),
+                           paper_number="success rate x278 over the base model (7,500 NRE)", unit="{:.1f}", control="banel/oracle-region-control", **common),
         "vs_novelty": Claim(key="banel/more-successes-than-novelty", statement="BaNEL improves the success rate "
                             "'by up to several orders of magnitude' over novelty-bonus baselines under the same NRE",
                             metric=f"successful attacks found within {budget} reward evaluations",
                             method="BaNEL", baseline="count bonus + GRPO", kind="greater", margin=0.0,
-                            paper_number="several orders of magnitude", unit="{:.1f}", **common),
+                            paper_number="several orders of magnitude", unit="{:.1f}", control="banel/oracle-region-control", **common),
         "final_rate": Claim(key="banel/posterior-ten-times-prior", statement="the final sampler's success rate is "
                             "far above the base model's (x278 in the addition attack)",
                             metric="final sampler's success rate minus 10 x the attacker's own (fresh samples)",
                             method="BaNEL - 10 x attacker", reference=0.0, kind="greater", margin=0.0,
-                            paper_number="x278", unit="{:.3f}", **common),
+                            paper_number="x278", unit="{:.3f}", control="banel/oracle-region-control", **common),
         "control": Claim(key="banel/oracle-region-control", role="positive control", statement="positive control (ours): with the true "
                          "failure set as the rejection region the budget finds successes",
                          metric=f"successful attacks found within {budget} reward evaluations",
@@ -656,14 +656,16 @@ def attack_experiment(prof: Profile | None = None, seeds: int | None = None) -> 
     val = lambda arm, key: [r[key] for r in runs[arm]]  # noqa: E731
     claims = attack_claims(sz["budget"])
     seconds = time.perf_counter() - start
-    verdicts = {
-        "vs_random": evaluate(claims["vs_random"], val("banel", "distinct"), val("random", "distinct"), seconds=seconds),
+    control = evaluate(claims["control"], val("oracle", "distinct"), val("random", "distinct"), seconds=seconds)
+    verdicts = {  # the three comparisons rest on the oracle control
+        "vs_random": evaluate(claims["vs_random"], val("banel", "distinct"), val("random", "distinct"), seconds=seconds,
+                              control=control),
         "vs_novelty": evaluate(claims["vs_novelty"], val("banel", "distinct"), val("novelty", "distinct"),
-                               seconds=seconds),
+                               seconds=seconds, control=control),
         "final_rate": evaluate(claims["final_rate"], [b - 10 * r for b, r in zip(val("banel", "final_rate"),
                                                                                  val("random", "final_rate"))],
-                               seconds=seconds),
-        "control": evaluate(claims["control"], val("oracle", "distinct"), val("random", "distinct"), seconds=seconds),
+                               seconds=seconds, control=control),
+        "control": control,
     }
     return {"runs": runs, "base": base, "verdicts": verdicts, "sizes": sz, "seeds": seeds, "seconds": seconds}
 

@@ -13,7 +13,8 @@ off-policy handling and every equation here are the course's reconstruction.
                                   ``n_explore`` rows from CUTS (``rlcourse.lm.sample(proposal=)``);
                                   scores the rows and logs each sub-group's reward
 ``cuts_is``         policy loss   PPO-clip with each token's advantage weighted by the truncated
-                                  importance ratio ``min(pi_old / q, is_cap)`` (``behaviour_logprob``)
+                                  importance ratio ``min(pi_old / q, 2)``: an alias of the shared
+                                  ``behaviour_is`` loss (:mod:`rlcourse.methods.behaviour_is`)
 ``addition_short``  task          two-digit sums with one single-digit operand (``86+3=``): the
                                   harder held-out variant of the chapter's experiment
 =================== ============= ==============================================================
@@ -21,7 +22,6 @@ off-policy handling and every equation here are the course's reconstruction.
 from __future__ import annotations
 
 import copy
-import math
 import time
 from dataclasses import replace
 
@@ -29,13 +29,12 @@ import numpy as np
 import torch
 
 from ..claims import Claim, Verdict, evaluate
-from ..losses import register_policy_loss
 from ..metrics import distinct_count, empirical_entropy, frac_mixed_groups
 from ..ops import masked_mean
 from ..profiles import Profile, one_torch_thread
-from ..replay import compute_ppo_is_loss
 from ..rollout import register_sampler
 from ..lm.sampling import sample
+from .behaviour_is import behaviour_is_alias
 from ..tasks import Addition, Example, register_task
 
 PAPER = ("Too Correct to Learn: Reinforcement Learning on Saturated Reasoning Data, Z. Liang, Y. Zhou, S. Lu, "
@@ -237,42 +236,8 @@ def mixed_cuts_sampler(model, tokenizer, prompts, config, generator, examples, t
     return replace(batch, scores=scores, metrics={**batch.metrics, **metrics})
 
 
-@register_policy_loss("cuts_is")
-def compute_cuts_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                         response_mask: torch.Tensor, behaviour_logprob: torch.Tensor | None = None,
-                         is_cap: float = 2.0, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                         clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", **agg_kwargs):
-    """PPO-clip whose per-token advantage is weighted by the truncated importance ratio of the
-    behaviour distribution, ``w_t = min(pi_old(y_t) / q(y_t), is_cap)`` (``= min(|C_t| pi_old(y_t), cap)``
-    on CUTS rows, 1 on rows sampled from the policy). Without ``behaviour_logprob`` (a sampler that
-    records none) it is the ``"vanilla"`` loss. The weighting itself is
-    :func:`rlcourse.replay.compute_ppo_is_loss`.
-
-    ================== ========= ==============================================
-    behaviour_logprob  ``(B,T)`` log q(y_t) of the drawn tokens (0 where masked)
-    is_cap             float     the truncation (> 0; ``inf``: no truncation)
-    others             ``(B,T)`` as in ``"vanilla"``
-    returns                      ``(loss, metrics)``; metrics add ``cuts_is_weight`` (mean w)
-    ================== ========= ==============================================
-    """
-    if not is_cap > 0:
-        raise ValueError(f"is_cap must be > 0, got {is_cap}")
-    weight = None
-    if behaviour_logprob is not None:
-        if tuple(behaviour_logprob.shape) != tuple(old_log_prob.shape):
-            raise ValueError(f"behaviour_logprob has shape {tuple(behaviour_logprob.shape)}, "
-                             f"old_log_prob {tuple(old_log_prob.shape)}")
-        weight = torch.exp((old_log_prob - behaviour_logprob).clamp(max=math.log(is_cap) if math.isfinite(is_cap)
-                                                                     else 50.0)).detach() * response_mask
-    loss, metrics = compute_ppo_is_loss(old_log_prob, log_prob, advantages, response_mask, is_weight=weight,
-                                        clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, **agg_kwargs)
-    if weight is not None:
-        metrics = {**metrics, "cuts_is_weight": float(masked_mean(weight, response_mask))}
-    return loss, metrics
-
-
-compute_cuts_is_loss.zero_at_zero_advantage = True
+# the off-policy weight min(pi_old / q, 2) on CUTS rows: the shared behaviour-IS loss with the chapter's cap
+compute_cuts_is_loss = behaviour_is_alias("cuts_is", is_cap=2.0)
 
 
 @register_task("addition_short")
@@ -293,11 +258,15 @@ class ShortOperandAddition(Addition):
 
 
 # ---------------------------------------------------------------------- the experiment
+EXPLORER = "Mixed-CUTS, top-2 explorer (control)"
 ARMS = {  # name -> (training task, RLConfig parts)
     "GRPO": ("addition", dict()),
     "Mixed-CUTS": ("addition", dict(sampler="mixed_cuts")),
     "Mixed-CUTS + IS": ("addition", dict(sampler="mixed_cuts", policy_loss="cuts_is")),
     "GRPO on short-operand sums (control)": ("addition_short", dict()),
+    # an explorer that explores by construction: uniform over the two most probable tokens at every step
+    # (the package's top_k rule), so its rows leave the greedy path even where the typical set is one token
+    EXPLORER: ("addition", dict(sampler="mixed_cuts", sampler_kwargs={"rule": "top_k", "top_k": 2})),
 }
 HARD = "addition_short"
 
@@ -329,8 +298,9 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     ``hard`` (held-out greedy accuracy on ``addition_short``), ``mixed_train`` (mean share of training
     groups whose rewards differ), and the final :func:`probe` values ``entropy``, ``distinct``,
     ``mixed_probe``, ``sampled``; ``curves[arm]`` ``(seeds, steps)`` of the training groups' mixed share
-    and of the policy rows' entropy; ``base`` (the same measurements of the base model), ``sub_rewards``
-    (the Mixed-CUTS sampler's exploit/explore rewards and share of CUTS tokens with ``|C_t| = 1``, per step), ``seconds``."""
+    and of the policy rows' entropy; ``base`` (the same measurements of the base model),
+    ``sub_rewards_by_arm[arm]`` for each ``mixed_cuts`` arm (``(seeds, steps)`` exploit and explore rewards
+    and share of CUTS tokens with ``|C_t| = 1``), ``sub_rewards`` (that of ``"Mixed-CUTS"``), ``seconds``."""
     from ..lm import load_base_model
     from ..lm.zoo import greedy_accuracy, max_new_tokens_for
     from ..tasks import get_task
@@ -358,7 +328,7 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
         base = measure(model)
         out = {k: {} for k in ("acc", "hard", "entropy", "distinct", "mixed_probe", "sampled", "mixed_train")}
         curves = {"mixed": {}, "entropy": {}}
-        sub = {"exploit": [], "explore": [], "greedy_share": []}
+        subs = {}
         for arm, (train_task, parts) in arms.items():
             rows = {k: [] for k in out}
             cm, ce = [], []
@@ -373,45 +343,72 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
                 cm.append([1.0 - h["frac_zero_std_groups"] for h in hist])
                 ce.append([h.get("cuts_exploit_entropy", h["entropy"]) for h in hist])
                 rows["mixed_train"].append(float(np.mean(cm[-1])))
-                if arm == "Mixed-CUTS":
+                if parts.get("sampler") == "mixed_cuts":
+                    sub = subs.setdefault(arm, {"exploit": [], "explore": [], "greedy_share": []})
                     sub["exploit"].append([h["cuts_exploit_reward"] for h in hist])
                     sub["explore"].append([h["cuts_explore_reward"] for h in hist])
                     sub["greedy_share"].append([h["cuts_greedy_share"] for h in hist])
             for k in out:
                 out[k][arm] = np.array(rows[k])
             curves["mixed"][arm], curves["entropy"][arm] = np.array(cm), np.array(ce)
-    return {**out, "curves": curves, "base": base, "sub_rewards": {k: np.array(v) for k, v in sub.items()},
+    subs = {arm: {k: np.array(v) for k, v in sub.items()} for arm, sub in subs.items()}
+    return {**out, "curves": curves, "base": base, "sub_rewards_by_arm": subs, "sub_rewards": subs.get("Mixed-CUTS", {}),
             "arms": list(arms), "seeds": n, "steps": steps, "G": G, "lr": lr, "seconds": time.perf_counter() - t0}
 
 
-SETTING = ("tiny Llama (book profile) pre-trained on two-digit addition (reversed-digit scratchpad) to about 95% "
-           "held-out greedy accuracy; 8 prompts x G = 8 per step, 20 steps, AdamW lr 1e-4; Mixed-CUTS = 4 policy "
-           "+ 4 CUTS rows (typical-set rule) per group; harder held-out variant: sums with one single-digit operand")
+def setting(steps: int, lr: float) -> str:
+    """The claims' setting sentence, with the run's budget."""
+    return ("tiny Llama (book profile) pre-trained on two-digit addition (reversed-digit scratchpad) to about 95% "
+            f"held-out greedy accuracy; 8 prompts x G = 8 per step, {steps} steps, AdamW lr {lr:g}; Mixed-CUTS = 4 "
+            "policy + 4 CUTS rows (typical-set rule) per group; control explorer: 4 + 4 rows with the top-2 rule; "
+            "harder held-out variant: sums with one single-digit operand")
 
 
-def lm_claims() -> dict[str, Claim]:
-    common = dict(paper=PAPER, setting=SETTING, baseline="GRPO", kind="greater")
+def lm_claims(steps: int = 20, lr: float = 1e-4) -> dict[str, Claim]:
+    """The chapter's claims, for a run of ``steps`` steps at learning rate ``lr``. Two are gated on a
+    positive control: the mixed-groups claim on the top-2 explorer (an explorer that leaves the greedy
+    path does raise the share of mixed groups here), the harder-variant claim on GRPO trained on the
+    harder variant (the budget can move its accuracy)."""
+    common = dict(paper=PAPER, setting=setting(steps, lr), baseline="GRPO", kind="greater")
     return {
         "mixed": Claim(key="cuts/mixed-groups", source="abstract", statement="Mixed-CUTS mixes exploitative and "
                        "exploratory rollouts 'to amplify intra-group advantage variance'", paper_number="",
                        metric="mean share of training groups whose rewards are not all equal", method="Mixed-CUTS",
-                       **common),
+                       control="cuts/explorer-control", **common),
         "entropy": Claim(key="cuts/entropy", source="abstract", statement="the approach 'prevents policy "
                          "degeneration' (GRPO's groups are all correct and it mode-collapses)", paper_number="",
                          metric="policy entropy per token at the end, sampled on 64 held-out prompts",
                          method="Mixed-CUTS", **common),
         "hard": Claim(key="cuts/harder-variant", source="abstract", statement="Mixed-CUTS 'significantly boosts "
                       "out-of-domain generalization'", paper_number="AIME25 Pass@1 up to +15.1% over GRPO (Qwen3)",
-                      metric="held-out greedy accuracy on short-operand sums at the end", method="Mixed-CUTS", **common),
-        "control": Claim(key="cuts/short-operand-control", role="positive control", source="positive control (ours)", statement="positive control: "
-                         "the harder variant can be learned at this scale and budget (GRPO trained on it beats GRPO "
-                         "trained on ordinary sums)", paper_number="", metric="held-out greedy accuracy on "
-                         "short-operand sums at the end", method="GRPO on short-operand sums (control)", **common),
+                      metric="held-out greedy accuracy on short-operand sums at the end", method="Mixed-CUTS",
+                      control="cuts/short-operand-control", **common),
+        "control": Claim(key="cuts/short-operand-control", role="positive control", source="positive control (ours)",
+                         statement="positive control: the harder variant can be learned at this scale and budget "
+                         "(GRPO trained on it beats GRPO trained on ordinary sums)", paper_number="",
+                         metric="held-out greedy accuracy on short-operand sums at the end",
+                         method="GRPO on short-operand sums (control)", **common),
+        "explorer": Claim(key="cuts/explorer-control", role="positive control", source="positive control (ours)",
+                          statement="positive control: an explorer that leaves the greedy path (4 of 8 rows uniform "
+                          "over the two most probable tokens) raises the share of training groups with differing "
+                          "rewards above GRPO's at this scale", paper_number="",
+                          metric="mean share of training groups whose rewards are not all equal", method=EXPLORER,
+                          **common),
     }
 
 
 def lm_verdicts(out: dict) -> dict[str, Verdict]:
-    c, s = lm_claims(), out["seconds"]
-    m = {"mixed": "mixed_train", "entropy": "entropy", "hard": "hard", "control": "hard"}
-    return {k: evaluate(claim, out[m[k]][claim.method], out[m[k]]["GRPO"], seconds=s) for k, claim in c.items()
-            if claim.method in out[m[k]]}
+    """The claims of :func:`lm_claims` on a run of :func:`run_lm_experiment`; the controls are decided
+    first and handed to the claims that rest on them (an arm the run left out skips its claims)."""
+    c, s = lm_claims(out["steps"], out["lr"]), out["seconds"]
+    m = {"mixed": "mixed_train", "entropy": "entropy", "hard": "hard", "control": "hard", "explorer": "mixed_train"}
+    v = {}
+    for k in ("control", "explorer", "mixed", "entropy", "hard"):
+        claim = c[k]
+        if claim.method not in out[m[k]]:
+            continue
+        ctrl = next((v[j] for j in v if c[j].key == claim.control), None)
+        if claim.control is not None and ctrl is None:
+            continue
+        v[k] = evaluate(claim, out[m[k]][claim.method], out[m[k]]["GRPO"], seconds=s, control=ctrl)
+    return v

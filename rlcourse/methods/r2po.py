@@ -19,7 +19,8 @@ Parts registered here:
   behaviour log-probabilities in ``extras["behaviour_logprob"]``; ``batch.logprobs`` are the inference
   policy's, so every existing loss runs the authors' (uncorrected) update;
 * policy loss ``"r2po"``: PPO-clip with each token's advantage multiplied by
-  ``w_t = pi_old(y_t) / mu(y_t)`` (the corrected ratio);
+  ``w_t = pi_old(y_t) / mu(y_t)`` (the corrected ratio): the shared ``"behaviour_is"`` loss of
+  :mod:`rlcourse.methods.behaviour_is` under the chapter's name;
 * reward ``"r2po_format"``: the authors' reward (correct +-1, format +1.25 / -1);
 
 and the chapter's closed-form bandit and tiny-LM experiment.
@@ -37,12 +38,13 @@ import torch
 import torch.nn.functional as F
 
 from ..claims import Claim, Verdict, evaluate
-from ..losses import compute_policy_loss, register_policy_loss
+from ..losses import register_policy_loss
 from ..metrics import distinct_count, mean_pass_at_k
 from ..ops import check_same_shape, masked_mean
 from ..profiles import Profile, one_torch_thread
 from ..rewards import register_reward
 from ..rollout import register_sampler
+from .behaviour_is import compute_behaviour_is_loss
 
 PAPER = ("R^2PO: Decoupling Training Trajectories from Inference Responses for LLM Reasoning, J. Wang, B. Xu, "
          "Y. Yuan, B. Xie, X. Sun, H. Shen (2026, arXiv:2601.11960)")
@@ -214,53 +216,8 @@ def bandit_run(theta0, f, r, steps: int = 200, lr: float = 1.0) -> dict:
 
 
 # ---------------------------------------------------------------------- the registered loss
-@register_policy_loss("r2po")
-def compute_r2po_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                      response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                      clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
-                      behaviour_logprob: torch.Tensor | None = None, is_level: str = "token",
-                      is_cap: float | None = None, **agg_kwargs):
-    """PPO-clip on rollouts drawn from a behaviour policy ``mu`` (the head on), corrected by
-    ``w = pi_old / mu``: the vanilla loss with advantages ``w * A`` (``w`` has no gradient).
-
-    ``is_level="token"``: ``w_t = exp(old_t - behaviour_t)``, each token's own ratio;
-    ``"sequence"``: one weight per row, ``exp(sum_t (old_t - behaviour_t))`` (unbiased for the
-    sequence, higher variance). ``is_cap`` truncates ``w`` at a value (None: no cap). Without
-    ``behaviour_logprob`` (a sampler that draws from the policy) ``w = 1``: the vanilla loss.
-
-    ================== ========= =================================================
-    old_log_prob       ``(B,T)`` ``log pi_old(y_t)``, inference policy at sampling
-    log_prob           ``(B,T)`` ``log pi_theta(y_t)`` (gradient)
-    advantages         ``(B,T)``
-    response_mask      ``(B,T)``
-    behaviour_logprob  ``(B,T)`` ``log mu(y_t)`` of the drawn tokens, or None
-    returns                      ``(loss, metrics)``: the vanilla metrics plus ``r2po_is_weight``
-                                 (mean w) and ``r2po_is_weight_max``
-    ================== ========= =================================================
-    """
-    if is_level not in ("token", "sequence"):
-        raise ValueError(f"is_level must be 'token' or 'sequence', got {is_level!r}")
-    if is_cap is not None and not is_cap > 0:
-        raise ValueError(f"is_cap must be positive or None, got {is_cap}")
-    w = torch.ones_like(advantages)
-    if behaviour_logprob is not None:
-        check_same_shape(behaviour_logprob=behaviour_logprob, advantages=advantages, old_log_prob=old_log_prob)
-        log_w = ((old_log_prob - behaviour_logprob) * response_mask).detach()
-        if is_level == "sequence":
-            log_w = log_w.sum(-1, keepdim=True).expand_as(log_w)
-        w = torch.exp(log_w.clamp(max=20.0))
-        if is_cap is not None:
-            w = w.clamp(max=is_cap)
-    loss, metrics = compute_policy_loss(old_log_prob, log_prob, advantages * w, response_mask,
-                                        clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, **agg_kwargs)
-    metrics = dict(metrics)
-    metrics["r2po_is_weight"] = float(masked_mean(w, response_mask))
-    metrics["r2po_is_weight_max"] = float((w * response_mask).max())
-    return loss, metrics
-
-
-compute_r2po_loss.zero_at_zero_advantage = True
+# the corrected ratio pi_old / mu: the shared behaviour-IS loss, registered under the chapter's name too
+compute_r2po_loss = register_policy_loss("r2po")(compute_behaviour_is_loss)
 
 
 # ---------------------------------------------------------------------- the reward
@@ -438,28 +395,94 @@ ARMS = {
 }
 
 
+# the rollout head's budget: at most 1 nat of KL(mu || pi) per completion of up to 10 tokens, i.e. 0.1 nat per
+# token, averaged over the last 10 policy steps of a run: within it the rollouts stay close enough to the policy
+# that training on them is still nearly on-policy. Fixed before any head sweep, and never read from pass@1.
+HEAD_KL_MAX = 0.1
+HEAD_LR_GRID = (1e-2, 3e-3, 1e-3, 3e-4)  # the head learning rates the rule chooses among (the first run's 1e-2 first)
+CHOOSE_SEEDS = (10, 11, 12)  # training seeds for choosing settings, disjoint from the chapter's 0, 1, 2
+
+
+def late_kl(history: list[dict], last: int = 10) -> float:
+    """Mean of the sampler's ``r2po_kl`` (sampled per-token ``KL(mu || pi)`` of the training batch) over
+    the last ``last`` steps of a run's ``history``: how far the head has drifted by the end."""
+    if last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    kls = [h["r2po_kl"] for h in history if "r2po_kl" in h]
+    if not kls:
+        raise ValueError("the history has no 'r2po_kl' entries (was it trained with the r2po sampler?)")
+    return float(np.mean(kls[-last:]))
+
+
+def choose_head_lr(sweep: dict, kl_max: float = HEAD_KL_MAX):
+    """The head-learning-rate rule: the largest learning rate whose end-of-run head KL
+    (:func:`late_kl`) stayed at or below ``kl_max`` on every seed; ``None`` if none did. It reads only
+    the head's drift, never an accuracy, so it can be applied before the reported run is looked at.
+
+    =======  =====================  ====================================================
+    sweep    ``{lr: (seeds,)}``     end-of-run per-token KL of each seed at each head lr
+    kl_max   float                  the KL budget per token (``> 0``)
+    returns  float or None          the chosen learning rate
+    =======  =====================  ====================================================
+    """
+    if not sweep:
+        raise ValueError("choose_head_lr needs a sweep with at least one learning rate")
+    if not kl_max > 0:
+        raise ValueError(f"kl_max must be > 0, got {kl_max}")
+    ok = []
+    for lr, kls in sweep.items():
+        kls = np.asarray(kls, float).reshape(-1)
+        if not lr > 0 or kls.size == 0 or not np.isfinite(kls).all():
+            raise ValueError(f"sweep entry {lr!r}: need a positive learning rate and finite KL values, got {kls}")
+        if (kls <= kl_max).all():
+            ok.append(lr)
+    return max(ok) if ok else None
+
+
+def head_lr_sweep(P: Profile, head_lrs=HEAD_LR_GRID, seeds=CHOOSE_SEEDS) -> dict:
+    """Run the released R2PO arm at each head learning rate on the choosing ``seeds``, evaluated on the
+    choosing prompts (disjoint from the reported ones), and return ``{lr: (seeds,) end-of-run KL}`` for
+    :func:`choose_head_lr`."""
+    seeds = list(seeds)
+    if seeds != list(range(seeds[0], seeds[0] + len(seeds))) or set(seeds) & {0, 1, 2}:
+        raise ValueError(f"choosing seeds must be consecutive and disjoint from the chapter's 0, 1, 2, got {seeds}")
+    arm = {"R2PO (released ratio)": ARMS["R2PO (released ratio)"]}
+    out = {}
+    for lr in head_lrs:
+        run = run_lm_experiment(P, seeds=len(seeds), first_seed=seeds[0], head_lr=lr, arms=arm, prompts="choose")
+        out[lr] = np.array([late_kl(r["history"]) for r in run["arms"]["R2PO (released ratio)"]])
+    return out
+
+
 # GRPO's budget in the book profile: 80 steps at 3e-5, the first setting of a sweep (GRPO alone, seeds 10-12)
 # under which GRPO itself lifted pass@1 above the base model by more than the paper's 3.4 points on every seed;
-# 12 steps at 1e-4, the first run's, lowered greedy accuracy there (see the chapter's admonition)
+# 12 steps at 1e-4, the first run's, lowered greedy accuracy there (see the chapter's admonition). That sweep
+# was scored on the reported held-out prompts (the choosing split, prompts="choose", came later); a re-run of it
+# would be run_lm_experiment(P, first_seed=10, arms={"GRPO": ARMS["GRPO"]}, steps=..., lr=..., prompts="choose")
 LM_STEPS, LM_LR = 80, 3e-5
 
 
 def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = LM_LR,
-                      head_lr: float = 1e-2, arms: dict | None = None, first_seed: int = 0) -> dict:
+                      head_lr: float = 1e-2, arms: dict | None = None, first_seed: int = 0,
+                      prompts: str = "report") -> dict:
     """GRPO against R2PO with the released ratio and with the corrected one, on the tiny addition
     model (about 50% greedy accuracy), the authors' format reward, ``P.seeds`` paired seeds (from
     ``first_seed``: other seeds than the chapter's 0, 1, 2 are for choosing settings without its data).
+    ``prompts="report"`` evaluates on the reported held-out prompts, ``"choose"`` on as many other
+    held-out prompts kept for choosing settings (:func:`rlcourse.tasks.held_out_splits`).
 
     For each arm and seed, at the end of training on ``P.pick(smoke=8, book=48)`` held-out prompts:
     ``inference`` (:func:`rollout_stats` of the policy alone, the head off) and ``training`` (the
     arm's training rollouts: the head on for R2PO), and ``greedy`` accuracy; ``history`` the
-    trainer's per-step metrics. Also ``base`` (the base model's inference stats) and ``seconds``.
+    trainer's per-step metrics, and ``late_kl`` (:func:`late_kl`, R2PO arms). Also ``base`` (the base model's inference stats) and ``seconds``.
     Returns ``{"arms": {arm: [per-seed dict]}, "base": dict, "seeds", "steps", "seconds"}``."""
     from ..lm import load_base_model
     from ..lm.zoo import greedy_accuracy
-    from ..tasks import get_task
+    from ..tasks import get_task, held_out_splits
     from ..train import RLConfig, Trainer
 
+    if prompts not in ("report", "choose"):
+        raise ValueError(f"prompts must be 'report' or 'choose', got {prompts!r}")
     n_seeds = seeds or P.seeds
     steps = steps or P.pick(smoke=2, book=LM_STEPS)
     arms = arms or ARMS
@@ -469,7 +492,8 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     out = {"arms": {a: [] for a in arms}}
     with one_torch_thread():
         model, tok = load_base_model("addition", "medium", prof=P, progress=False)
-        ex = task.examples(P.pick(smoke=8, book=48), seed=4321, split="test")
+        n_prompts = P.pick(smoke=8, book=48)
+        ex = dict(zip(("report", "choose"), held_out_splits(task, n_prompts, n_prompts, seed=4321)))[prompts]
         out["base"] = rollout_stats(model, tok, task, ex, n_eval)
         out["base"]["greedy"] = greedy_accuracy(model, tok, task, ex, max_new_tokens=10)
         for arm, parts in arms.items():
@@ -485,8 +509,10 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
                        "training": rollout_stats(trainer.model, tok, task, ex, n_eval, head=head, seed=seed),
                        "greedy": greedy_accuracy(trainer.model, tok, task, ex, max_new_tokens=10),
                        "history": trainer.history}
+                if head is not None:
+                    res["late_kl"] = late_kl(trainer.history)
                 out["arms"][arm].append(res)
-    out.update(seeds=n_seeds, steps=steps, seconds=time.perf_counter() - t0, prompts=len(ex), n_eval=n_eval,
+    out.update(prompt_set=prompts, seeds=n_seeds, steps=steps, seconds=time.perf_counter() - t0, prompts=len(ex), n_eval=n_eval,
                group=G, lr=lr, head_lr=head_lr)
     return out
 
@@ -510,12 +536,14 @@ CLAIMS = {
                    statement="R2PO consistently outperforms baselines, with average accuracy gains of 3.4% on "
                    "MATH-500 and 1.3% on APPS", paper_number="+3.4 points (MATH-500), +1.3 (APPS)",
                    metric="inference pass@1 (head off, 8 samples per held-out prompt)", method="R2PO (released ratio)",
-                   kind="greater", margin=0.0, **_BASE),
-    "format": Claim(key="r2po/format-errors", source="course notes on another version of the abstract (unverified)",
-                    statement="R2PO produces fewer formatting errors",
+                   kind="greater", margin=0.0, control="r2po/head-kl-control", **_BASE),
+    "format": Claim(key="r2po/format-errors", role="course hypothesis",
+                    source="our test, not a claim of the abstract quoted",
+                    statement="R2PO's inference policy produces fewer malformed answers than GRPO's",
                     metric="share of malformed inference samples (head off)", method="R2PO (released ratio)",
                     kind="less", margin=0.0, **_BASE),
-    "corrected": Claim(key="r2po/corrected-ratio", source="course derivation (not a claim of the paper)",
+    "corrected": Claim(key="r2po/corrected-ratio", role="course hypothesis", control="r2po/head-kl-control",
+                       source="course derivation (not a claim of the paper)",
                        statement="weighting by pi_old / pi_{old,phi} does at least as well as the released ratio",
                        metric="inference pass@1 (head off)", method="R2PO (corrected ratio)",
                        kind="greater", margin=0.0, paper=PAPER, setting=_SETTING, baseline="R2PO (released ratio)"),
@@ -523,6 +551,12 @@ CLAIMS = {
                      "inference pass@1 above the base model's by more than the paper's gain (3.4 points)",
                      metric="inference pass@1 (head off)", method="GRPO", baseline=None, reference=0.0,
                      kind="greater", margin=0.034, paper=PAPER, setting=_SETTING),
+    "head_kl": Claim(key="r2po/head-kl-control", role="positive control", source="positive control (ours)",
+                     statement=f"the rollout head stays within its KL budget ({HEAD_KL_MAX} nat per token) to the end "
+                     "of training in both R2PO arms, so the accuracy comparison is about R2PO and not about a head "
+                     "that drifted away from the policy", metric="per-token KL(mu || pi) of the training batches, "
+                     "mean over the last 10 steps, the larger of the two R2PO arms", method="R2PO (both arms)",
+                     baseline=None, reference=HEAD_KL_MAX, kind="less", margin=0.0, paper=PAPER, setting=_SETTING),
 }
 
 
@@ -532,13 +566,17 @@ def lm_verdicts(out: dict) -> dict[str, Verdict]:
     g = lambda arm, where, key: per_seed(out, arm, where, key)  # noqa: E731
     rel, cor = "R2PO (released ratio)", "R2PO (corrected ratio)"
     base = out["base"]["pass@1"]
+    kl = np.maximum(*[np.array([r["late_kl"] for r in out["arms"][a]]) for a in (rel, cor)])
+    head = evaluate(CLAIMS["head_kl"], kl, seconds=s)
     return {
+        "head_kl": head,
         "diverse": evaluate(CLAIMS["diverse"], g(rel, "training", "distinct"), g("GRPO", "training", "distinct"),
                             seconds=s),
-        "pass1": evaluate(CLAIMS["pass1"], g(rel, "inference", "pass@1"), g("GRPO", "inference", "pass@1"), seconds=s),
+        "pass1": evaluate(CLAIMS["pass1"], g(rel, "inference", "pass@1"), g("GRPO", "inference", "pass@1"), seconds=s,
+                          control=head),
         "format": evaluate(CLAIMS["format"], g(rel, "inference", "format_errors"),
                            g("GRPO", "inference", "format_errors"), seconds=s),
         "corrected": evaluate(CLAIMS["corrected"], g(cor, "inference", "pass@1"), g(rel, "inference", "pass@1"),
-                              seconds=s),
+                              seconds=s, control=head),
         "control": evaluate(CLAIMS["control"], g("GRPO", "inference", "pass@1") - base, seconds=s),
     }

@@ -375,18 +375,23 @@ def bandit_claims() -> dict[str, Claim]:
                          margin=0.02, **common),
         "passk": Claim(key="sps/bandit-passk", statement="SPS improves pass@k over RL alone", metric="held-out pass@16 "
                        "(exact) at the end of training", method="SPS", baseline="GRPO", kind="greater", margin=0.02,
-                       **common),
-        "pass1": Claim(key="sps/bandit-pass1", statement="SPS keeps pass@1 (our reading: within 0.05 of RL alone)",
+                       control="sps/bandit-grpo-squeezes", **common),
+        "pass1": Claim(key="sps/bandit-pass1", role="course hypothesis",
+                       statement="SPS keeps pass@1 (our reading: within 0.05 of RL alone)",
                        metric="held-out pass@1 (exact) at the end of training", method="SPS", baseline="GRPO",
                        kind="equivalent", margin=0.05, **common),
     }
 
 
 def bandit_verdicts(out: dict) -> dict[str, Verdict]:
+    """The bandit's claims; SPS's pass@k gain rests on GRPO's squeeze (without a squeeze there is nothing
+    for SPS to recover, and the comparison is uninformative)."""
     g, s, sec = out["runs"]["GRPO"], out["runs"]["SPS"], out["seconds"]
     c = bandit_claims()
-    return {"squeeze": evaluate(c["squeeze"], [r["passk"][-1] for r in g], [r["passk"][0] for r in g], seconds=sec),
-            "passk": evaluate(c["passk"], [r["passk"][-1] for r in s], [r["passk"][-1] for r in g], seconds=sec),
+    squeeze = evaluate(c["squeeze"], [r["passk"][-1] for r in g], [r["passk"][0] for r in g], seconds=sec)
+    return {"squeeze": squeeze,
+            "passk": evaluate(c["passk"], [r["passk"][-1] for r in s], [r["passk"][-1] for r in g], seconds=sec,
+                              control=squeeze),
             "pass1": evaluate(c["pass1"], [r["pass1"][-1] for r in s], [r["pass1"][-1] for r in g], seconds=sec)}
 
 
@@ -418,7 +423,8 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     Training draws from a fixed pool of distinct training prompts (so that each prompt is met often
     and its demonstration set fills); pass@1, pass@16 and distinct correct expressions are measured
     on the same prompts with 32 samples each, before and after training. Returns ``before``
-    (a :func:`lm_diversity` dict), ``after[arm]`` (a list of them, one per seed), ``demos`` (SPS's
+    (a :func:`lm_diversity` dict), ``before_per_seed`` (the base model measured again with each seed's
+    own sampling seed, so that a comparison with the base carries the base's sampling noise too), ``after[arm]`` (a list of them, one per seed), ``demos`` (SPS's
     demonstration count per seed), ``history[arm]`` (per-seed lists of the loop's metrics), ``seconds``."""
     from ..lm import load_base_model
     from ..tasks import get_task
@@ -433,6 +439,8 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     with one_torch_thread():
         model, tok = load_base_model(task, "weak", prof=P, progress=False)
         out["before"] = lm_diversity(**sample_correctness(model, tok, task, pool, n_samples, 10, seed=99), ks=ks)
+        out["before_per_seed"] = [lm_diversity(**sample_correctness(model, tok, task, pool, n_samples, 10,
+                                                                    seed=200 + seed), ks=ks) for seed in range(n)]
         for arm in ("GRPO", "SPS"):
             out["after"][arm], out["history"][arm] = [], []
             for seed in range(n):
@@ -469,7 +477,7 @@ def lm_claims() -> dict[str, Claim]:
                        kind="greater", **common),
         "distinct": Claim(key="sps/lm-distinct", statement="SPS explores more distinct reasoning paths than RL alone",
                           metric="distinct correct expressions per prompt in 32 samples", method="SPS",
-                          baseline="GRPO", kind="greater", **common),
+                          baseline="GRPO", kind="greater", control="sps/lm-grpo-squeezes", **common),
     }
 
 
@@ -477,8 +485,10 @@ def lm_verdicts(out: dict) -> dict[str, Verdict]:
     c, sec, n = lm_claims(), out["seconds"], out["seeds"]
     after = {arm: {key: [d[key] for d in runs] for key in runs[0]} for arm, runs in out["after"].items()}
     k = f"pass{out['ks'][1]}"
-    return {"squeeze": evaluate(c["squeeze"], after["GRPO"]["distinct_correct"],
-                                [out["before"]["distinct_correct"]] * n, seconds=sec),
+    base = out.get("before_per_seed")  # older runs measured the base once
+    base = [d["distinct_correct"] for d in base] if base else [out["before"]["distinct_correct"]] * n
+    squeeze = evaluate(c["squeeze"], after["GRPO"]["distinct_correct"], base, seconds=sec)
+    return {"squeeze": squeeze,
             "passk": evaluate(c["passk"], after["SPS"][k], after["GRPO"][k], seconds=sec),
             "distinct": evaluate(c["distinct"], after["SPS"]["distinct_correct"], after["GRPO"]["distinct_correct"],
-                                 seconds=sec)}
+                                 seconds=sec, control=squeeze)}
