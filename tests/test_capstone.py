@@ -253,3 +253,28 @@ def test_full_profile_code_path_on_cpu_with_a_tiny_model(tiny_path, tmp_path):
     assert getattr(inner, "is_activation_checkpointing", None) or inner.is_gradient_checkpointing
     assert "\\boxed{<number>}" in result["trainer"].eval_examples[0].prompt
     assert len(result["history"]) == 2 and np.isfinite(result["history"][-1]["loss"])
+
+
+# ---------------------------------------------------------------- the GPU path, checked on the CPU
+def test_tokens_are_drawn_on_the_model_device_from_a_seed_of_the_cpu_generator(monkeypatch):
+    """On the CPU the trainer's generator draws the tokens itself (results unchanged); on another
+    device a generator there is seeded from one draw of the CPU generator, so the probabilities
+    never leave the device and a resumed run (same CPU generator state) draws the same seed."""
+    from rlcourse.lm.sampling import device_generator
+
+    gen = torch.Generator().manual_seed(3)
+    assert device_generator(gen, "cpu") is gen and device_generator(None, "cuda") is None
+    made = []
+    real = torch.Generator
+
+    def on_device(device="cpu"):  # stands in for a CUDA generator on this CPU-only machine
+        made.append(torch.device(device))
+        return real()
+
+    monkeypatch.setattr(torch, "Generator", on_device)
+    a, b = real().manual_seed(5), real().manual_seed(5)
+    first = device_generator(a, "cuda:1")
+    assert made == [torch.device("cuda:1")]
+    assert torch.equal(torch.rand(4, generator=first), torch.rand(4, generator=device_generator(b, "cuda:1")))
+    assert not torch.equal(a.get_state(), real().manual_seed(5).get_state())  # the CPU generator moved on
+    assert not torch.equal(torch.rand(4, generator=first), torch.rand(4, generator=device_generator(a, "cuda:1")))
