@@ -355,7 +355,8 @@ class Trainer:
         old_logprobs = batch.logprobs
         with torch.no_grad():
             ref_logprobs = None if self.ref_model is None else response_logprobs(
-                self.ref_model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature)
+                self.ref_model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature,
+                micro_batch_size=cfg.micro_batch_size)
             t_reference = time.perf_counter()
             values = None if self.value_model is None else self.value_model.response_values(
                 batch.input_ids, batch.attention_mask, batch.response_len) * mask

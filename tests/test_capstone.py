@@ -278,3 +278,104 @@ def test_tokens_are_drawn_on_the_model_device_from_a_seed_of_the_cpu_generator(m
     assert torch.equal(torch.rand(4, generator=first), torch.rand(4, generator=device_generator(b, "cuda:1")))
     assert not torch.equal(a.get_state(), real().manual_seed(5).get_state())  # the CPU generator moved on
     assert not torch.equal(torch.rand(4, generator=first), torch.rand(4, generator=device_generator(a, "cuda:1")))
+
+
+@pytest.mark.parametrize("chunk_elements", [7, 40, 120, 10 ** 6])
+def test_chunked_logprobs_equal_one_log_softmax_in_values_and_gradients(chunk_elements):
+    """Chunks of one position (7 < V), of a few positions (40), of whole rows (120) and one chunk:
+    log-probs, entropies and the gradient of any mix of them equal those of one float32 log-softmax."""
+    from rlcourse.lm.model import chunked_logprobs
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64) * 3
+    labels = torch.randint(0, 11, (3, 5))
+    w_logp, w_ent = torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+
+    def plain(x):
+        logz = torch.log_softmax(x / 0.7, -1)
+        return logz.gather(-1, labels[..., None]).squeeze(-1), -(logz.exp() * logz).sum(-1)
+
+    a = logits.clone().requires_grad_()
+    logp, ent = plain(a)
+    ((logp * w_logp).sum() + (ent * w_ent).sum()).backward()
+    b = logits.clone().requires_grad_()
+    logp_c, ent_c = chunked_logprobs(b, labels, 0.7, return_entropy=True, chunk_elements=chunk_elements)
+    assert logp_c.dtype == torch.float32
+    ((logp_c * w_logp).sum() + (ent_c * w_ent).sum()).backward()
+    assert torch.allclose(logp_c.double(), logp, atol=1e-5) and torch.allclose(ent_c.double(), ent, atol=1e-5)
+    assert torch.allclose(b.grad, a.grad, atol=1e-5)
+    c = logits.clone().requires_grad_()  # the log-prob alone (no entropy gradient)
+    (chunked_logprobs(c, labels, 0.7, chunk_elements=chunk_elements) * w_logp).sum().backward()
+    d = logits.clone().requires_grad_()
+    (plain(d)[0] * w_logp).sum().backward()
+    assert torch.allclose(c.grad, d.grad, atol=1e-5)
+    with pytest.raises(ValueError, match="chunk_elements"):
+        chunked_logprobs(logits, labels, chunk_elements=0)
+
+
+class _LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the most elements of any tensor an operation returns, per dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest: dict = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.largest[t.dtype] = max(self.largest.get(t.dtype, 0), t.numel())
+        return out
+
+
+class _MetaLM(torch.nn.Module):
+    """The logits a causal LM of vocabulary V returns, as meta tensors (no memory): enough to follow
+    the shapes of the log-prob passes at the full profile's size on a CPU."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab, self.rows = vocab, []
+
+    def forward(self, input_ids, attention_mask, position_ids, use_cache, logits_to_keep):
+        from types import SimpleNamespace
+        self.rows.append(input_ids.shape[0])
+        return SimpleNamespace(logits=torch.empty(input_ids.shape[0], logits_to_keep, self.vocab, dtype=torch.bfloat16,
+                                                  device=input_ids.device))
+
+
+def test_log_prob_passes_peak_at_one_micro_batch_at_full_profile_shapes():
+    """The full profile (Qwen2.5's vocabulary of 151,936, 128 rows of 384 response tokens, micro-batches
+    of 16): the reference pass runs 16 rows at a time, and no float32 tensor of the policy pass (forward
+    and backward) exceeds one chunk; the whole-batch float32 log-softmax would be 128 x 384 x 151,936."""
+    from rlcourse.lm.model import LOGPROB_CHUNK_ELEMENTS, chunked_logprobs, response_logprobs
+
+    full = capstone_config("full")
+    V, B, T, mb = 151_936, 16 * 8, full.rl["max_completion_length"], full.rl["micro_batch_size"]
+    assert (B, T, mb) == (full.rl["prompts_per_step"] * full.rl["num_generations"], 384, 16)
+    model, ids = _MetaLM(V), torch.zeros(B, 100 + T, dtype=torch.long, device="meta")
+    with torch.no_grad(), _LargestTensor() as seen:
+        ref = response_logprobs(model, ids, torch.ones_like(ids), T, micro_batch_size=mb)
+    assert ref.shape == (B, T) and model.rows == [mb] * (B // mb)
+    assert seen.largest[torch.bfloat16] == mb * (T + 1) * V  # one micro-batch's logits
+    assert seen.largest[torch.float32] <= LOGPROB_CHUNK_ELEMENTS < B * T * V // 100
+    logits = torch.empty(mb, T, V, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with _LargestTensor() as seen:
+        logp, ent = chunked_logprobs(logits, torch.zeros(mb, T, dtype=torch.long, device="meta"), 1.0, True)
+        (logp.sum() + ent.sum()).backward()
+    assert logits.grad.shape == logits.shape and logits.grad.dtype == torch.bfloat16
+    assert seen.largest[torch.float32] <= LOGPROB_CHUNK_ELEMENTS
+    assert seen.largest[torch.bfloat16] <= mb * T * V
+
+
+def test_trainer_runs_the_reference_and_policy_passes_in_micro_batches(tiny_path):
+    model, tok = load_causal_lm(tiny_path)
+    policy = add_lora(model, r=2, alpha=4)
+    cfg = RLConfig(steps=1, prompts_per_step=3, num_generations=4, max_completion_length=4, beta=0.1,
+                   entropy_coef=0.01, micro_batch_size=5, train_pool_size=16, eval_prompts=0, progress=False)
+    trainer = Trainer(policy, tok, ReasoningGymMath("basic_arithmetic", **ARITH), cfg, eval_examples=[])
+    rows = []
+    model.register_forward_pre_hook(lambda m, args, kwargs: rows.append(
+        (kwargs["input_ids"].shape[0], kwargs.get("use_cache"))), with_kwargs=True)
+    trainer.step()
+    scoring = [n for n, cache in rows if cache is False]  # the reference and the policy passes
+    assert scoring and max(scoring) <= 5 and sum(scoring) >= 2 * 12 - 5
