@@ -1,5 +1,6 @@
 """Capstone 1 (GRPO with LoRA on a real Hugging Face model): loading, LoRA, tasks, evaluation, resume."""
 import json
+from dataclasses import replace
 import os
 
 import numpy as np
@@ -379,3 +380,37 @@ def test_trainer_runs_the_reference_and_policy_passes_in_micro_batches(tiny_path
     trainer.step()
     scoring = [n for n, cache in rows if cache is False]  # the reference and the policy passes
     assert scoring and max(scoring) <= 5 and sum(scoring) >= 2 * 12 - 5
+
+
+def test_bfloat16_sampler_and_trainer_disagree_and_training_old_logprobs_make_the_ratio_one(tiny_path, tmp_path):
+    """In bfloat16 the KV-cached sampler and the full-sequence forward round differently; in float32 they
+    agree. With old_logprobs="training" the first pass's ratio is the update's own forward over itself (1,
+    whatever the sampler reported), and with several passes a forward before the first one."""
+    from rlcourse.capstone.mismatch import logprob_mismatch
+    from rlcourse.rollout import policy_sampler
+
+    tok = char_chat_tokenizer()
+    path = save_tiny_qwen2(tmp_path / "wider", build_tiny_qwen2(tok, 64, 128, 2, 4, 2, 256), tok)
+    prompts = ["Q: 1+2? A: ", "Q: 17-3? A: "]
+    fp32 = logprob_mismatch(load_causal_lm(path)[0], tok, prompts, num_generations=4, max_new_tokens=8)
+    bf16 = logprob_mismatch(load_causal_lm(path, dtype=torch.bfloat16)[0], tok, prompts, num_generations=4,
+                            max_new_tokens=8)
+    assert fp32["tokens"] > 0 and fp32["mean_abs"] < 1e-5 < bf16["mean_abs"]
+    with pytest.raises(ValueError, match="old_logprobs"):
+        RLConfig(old_logprobs="sampled")
+
+    def other_engine(model, tokenizer, prompts, config, generator, state):  # reports log-probs off by noise
+        batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        noise = 0.05 * torch.randn(batch.logprobs.shape, generator=torch.Generator().manual_seed(0))
+        return replace(batch, logprobs=(batch.logprobs + noise) * batch.response_mask)
+
+    task = ReasoningGymMath("basic_arithmetic", **ARITH)
+    kl = {}
+    for old, passes in [("sampler", 1), ("training", 1), ("training", 2)]:
+        policy = add_lora(load_causal_lm(tiny_path)[0], r=2, alpha=4)
+        cfg = RLConfig(steps=1, prompts_per_step=2, num_generations=4, max_completion_length=6, entropy_coef=0.01,
+                       sampler=other_engine, old_logprobs=old, num_iterations=passes, learning_rate=1e-2,
+                       train_pool_size=16, progress=False)
+        kl[old, passes] = Trainer(policy, tok, task, cfg, eval_examples=[]).step()["ppo_kl"]
+    assert abs(kl["sampler", 1]) > 1e-3 and kl["training", 1] == 0.0
+    assert kl["training", 2] != 0.0 and abs(kl["training", 2]) < abs(kl["sampler", 1])  # the 2nd pass: the update

@@ -123,7 +123,7 @@ def capstone_config(prof: Profile | str | None = None, **overrides) -> CapstoneC
             gradient_checkpointing=True,
             rl=dict(steps=200, prompts_per_step=16, num_generations=8, max_completion_length=384, learning_rate=5e-5,
                     beta=0.04, micro_batch_size=16, temperature=1.0, save_every=50, eval_every=0,
-                    train_pool_size=4000))
+                    train_pool_size=4000, old_logprobs="training"))
     return replace(cfg, **overrides)
 
 
