@@ -414,3 +414,82 @@ def test_bfloat16_sampler_and_trainer_disagree_and_training_old_logprobs_make_th
         kl[old, passes] = Trainer(policy, tok, task, cfg, eval_examples=[]).step()["ppo_kl"]
     assert abs(kl["sampler", 1]) > 1e-3 and kl["training", 1] == 0.0
     assert kl["training", 2] != 0.0 and abs(kl["training", 2]) < abs(kl["sampler", 1])  # the 2nd pass: the update
+
+
+# ---------------------------------------------------------------- bad input, refused before anything loads
+def test_config_types_are_checked_when_the_config_is_made():
+    from rlcourse.capstone.cli import config_from_mapping
+    from rlcourse.capstone.validate import matches_type
+
+    for bad, named in [({"lora_r": "four"}, "lora_r = 'four' should be int"), ({"rl": {"steps": "3"}}, "rl.steps"),
+                       ({"ks": [1, "4"]}, "ks entry '4'"), ({"gradient_checkpointing": 1}, "gradient_checkpointing"),
+                       ({"rl": {"beta": "0.1"}}, "rl.beta"), ({"rl": 3}, "table of RLConfig")]:
+        with pytest.raises(TypeError, match=named):
+            config_from_mapping({"profile": "smoke", **bad})
+    assert matches_type(3, float) and not matches_type(True, int) and not matches_type(2.5, int)
+    assert matches_type(None, int | None) and matches_type([1], tuple) and not matches_type("x", int | None)
+    cfg, _ = config_from_mapping({"profile": "smoke", "lora_alpha": 8, "rl": {"beta": 0}})
+    assert cfg.rl["beta"] == 0
+
+
+def test_a_new_task_starts_from_an_empty_task_config_and_gsm8k_takes_two_files(tmp_path):
+    from rlcourse.capstone.cli import config_from_mapping
+    from rlcourse.capstone.grpo_lora import base_task
+
+    assert capstone_config("smoke").task_config  # the profile's arithmetic settings ...
+    cfg, _ = config_from_mapping({"profile": "smoke", "task": "gsm_symbolic"})
+    assert cfg.task_config == {}  # ... do not follow a different task
+    cfg, _ = config_from_mapping({"profile": "smoke", "task": "basic_arithmetic", "task_config": {"min_terms": 2}})
+    assert cfg.task_config == {"min_terms": 2}
+    rows = [{"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"} for i in range(5)]
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
+    test.write_text("".join(json.dumps(r) + "\n" for r in rows[3:]))
+    cfg, _ = config_from_mapping({"profile": "smoke", "jsonl_path": str(train), "jsonl_test_path": str(test)})
+    task = base_task(cfg)
+    assert len(task.rows("train")) == 3 and [e.answer for e in task.rows("test")] == ["4", "5"]
+    with pytest.raises(ValueError, match="needs jsonl_path"):
+        capstone_config("smoke", jsonl_test_path=str(test))
+
+
+def test_everything_that_can_be_checked_without_weights_is_checked_first(tmp_path):
+    from rlcourse.capstone.validate import check_before_loading
+
+    check_before_loading(capstone_config("smoke"))  # the profile itself is fine
+    for cfg, processes, named in [
+            (capstone_config("smoke", lora_targets=("qkv_proj",)), 1, r"LoRA targets \['qkv_proj'\].*it has"),
+            (capstone_config("smoke"), 5, "5 processes cannot share prompts_per_step = 4"),
+            (capstone_config("smoke", dtype="bfloat17"), 1, "not a torch dtype"),
+            (capstone_config("smoke", task_config={"min_termz": 2}), 1, "task: .*min_termz"),
+            (capstone_config("smoke", jsonl_path=str(tmp_path / "none.jsonl")), 1, "no GSM8K-format JSONL"),
+            (capstone_config("smoke", rl={"micro_batch_size": 0}), 1, "rl: micro_batch_size"),
+            (capstone_config("full", model="no-such-org/no-such-model-xyz"), 1, "needs a download")]:
+        with pytest.raises(ValueError, match=named):
+            check_before_loading(cfg, processes)
+    qwen = tmp_path / "qwen-config"  # a hub model's targets are read from its config on the meta device
+    from transformers import Qwen2Config
+    Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1).save_pretrained(qwen)
+    check_before_loading(capstone_config("smoke", model=str(qwen)))
+    with pytest.raises(ValueError, match="c_attn"):
+        check_before_loading(capstone_config("smoke", model=str(qwen), lora_targets=("c_attn",)))
+
+
+def test_the_command_line_prints_one_line_for_bad_input(tmp_path, capsys):
+    from rlcourse.capstone.cli import main
+
+    for text, named in [('profile = "smoke"\nlora_r = "four"\n', "lora_r = 'four' should be int"),
+                        ('profile = "smoke"\nlora_targets = ["qkv_proj"]\n', "qkv_proj"),
+                        ('profile = "smoke"\nlora_rank = 4\n', "unknown config keys")]:
+        path = tmp_path / "run.toml"
+        path.write_text(text + f'output_dir = "{tmp_path / "out"}"\n')
+        assert main(["train", "--config", str(path), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert named in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert err.startswith("python -m rlcourse: error:")
+        assert not (tmp_path / "out").exists()  # refused before a model was built or a run started
+    assert main(["train", "--config", str(tmp_path / "missing.toml")]) == 2
+    assert "no config file" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="lora_r"):
+        path.write_text('profile = "smoke"\nlora_r = "four"\n')
+        main(["train", "--config", str(path), "--traceback"])
