@@ -493,3 +493,21 @@ def test_the_command_line_prints_one_line_for_bad_input(tmp_path, capsys):
     with pytest.raises(TypeError, match="lora_r"):
         path.write_text('profile = "smoke"\nlora_r = "four"\n')
         main(["train", "--config", str(path), "--traceback"])
+
+
+def test_the_readme_run_toml_is_a_valid_full_profile_config(tmp_path):
+    """The README's complete run.toml parses, every key and type is accepted, and it asks for what a
+    GPU run needs (the full profile, bf16, checkpointing, an output folder)."""
+    from pathlib import Path
+
+    from rlcourse.capstone.cli import config_from_mapping, read_config_file
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Training a real model"):]
+    block = section[section.index("```toml") + len("```toml"):]
+    path = tmp_path / "run.toml"
+    path.write_text(block[:block.index("```")])
+    cfg, run = config_from_mapping(read_config_file(path))
+    assert run["profile"] == "full" and run["output_dir"]
+    assert cfg.dtype == "bfloat16" and cfg.gradient_checkpointing and cfg.rl["micro_batch_size"]
+    assert cfg.rl["old_logprobs"] == "training"
