@@ -99,12 +99,18 @@ def load_causal_lm(name_or_path: str | Path, dtype: torch.dtype | None = None, d
     if device is not None:
         model = model.to(device)
     if gradient_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20's name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()  # LoRA: the frozen embeddings' output must carry a gradient
+        enable_checkpointing(model)
     return model.eval(), tokenizer
+
+
+def enable_checkpointing(model) -> None:
+    """Gradient (activation) checkpointing on a ``transformers`` model, non-reentrant, with the
+    embeddings' output requiring a gradient (LoRA's frozen embeddings would otherwise cut the graph)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
 
 
 # tokenizer classes that mean "the pipeline in tokenizer.json, as it is"
