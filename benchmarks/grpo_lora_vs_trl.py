@@ -38,6 +38,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check import update_flops  # noqa: E402  (4 N per token plus attention)
 TARGET = 0.7
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -53,14 +54,6 @@ def build(args):
     model = build_tiny_qwen2(tok, hidden=args.hidden, intermediate=args.intermediate, layers=args.layers,
                              heads=8, kv_heads=2, max_positions=256, seed=0)
     return model, tok
-
-
-def update_flops(model, tokens: int, seq_len: int) -> float:
-    """Forward + backward of a LoRA step: ``4 N`` per token plus PaLM's attention term ``12 L d S``."""
-    from gpu_check import matmul_params
-
-    cfg = model.config
-    return tokens * (4.0 * matmul_params(model) + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len)
 
 
 def main(argv=None) -> int:
