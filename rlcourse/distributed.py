@@ -31,6 +31,7 @@ a mixed group, ``nccl`` for CUDA tensors and ``gloo`` for the CPU scalars, see :
 """
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Iterable
@@ -147,12 +148,14 @@ def choose_backend(cuda: bool) -> str:
     return "cpu:gloo,cuda:nccl" if cuda else "gloo"
 
 
-def init_from_env(backend: str | None = None) -> Group:
+def init_from_env(backend: str | None = None, timeout_minutes: float = 60.0) -> Group:
     """Start the process group from the variables ``accelerate launch`` / ``torchrun`` set
     (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_RANK``); a plain ``python``
     run (no ``WORLD_SIZE`` or ``WORLD_SIZE=1``) stays a single process. ``backend`` defaults to
     :func:`choose_backend`'s. With CUDA, each process takes the GPU of its ``LOCAL_RANK`` before
-    the group starts, so NCCL binds to that device."""
+    the group starts, so NCCL binds to that device. ``timeout_minutes`` bounds how long a collective
+    waits: the other processes wait in their first one while rank 0 evaluates the base model, which
+    at the full profile's size can outlast NCCL's default of 10 minutes."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
@@ -163,5 +166,5 @@ def init_from_env(backend: str | None = None) -> Group:
         backend = backend or choose_backend(cuda)
         if cuda and "nccl" in backend:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=timeout_minutes))
     return current()

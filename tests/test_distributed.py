@@ -109,7 +109,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _write_config(path: Path, model: Path, output_dir: Path) -> Path:
+def _write_config(path: Path, model: Path, output_dir: Path, steps: int = 1) -> Path:
     # 5 prompts over 2 processes (3 and 2): unequal shares, so local denominators would differ
     path.write_text(f'''profile = "smoke"
 model = "{model}"
@@ -126,7 +126,7 @@ operators = ["+", "-"]
 allow_parentheses = false
 allow_negation = false
 [rl]
-steps = 1
+steps = {steps}
 prompts_per_step = 5
 num_generations = 4
 max_completion_length = 4
@@ -172,6 +172,33 @@ def test_two_processes_take_the_step_of_one(tmp_path):
     assert moved > 1e-4, "the step did not move the adapter: nothing was compared"
     for key in one:
         assert torch.allclose(dp[key], one[key], atol=1e-6, rtol=1e-5), key
+
+
+def _torchrun(config: Path, *extra: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), "-m", "rlcourse", "train", "--config", str(config), "--no-progress",
+           *extra]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_two_processes_resume_exactly(tmp_path):
+    """Two gloo processes stopped after step 1 and resumed from its checkpoint end step 2 with the
+    adapter of an uninterrupted two-process run."""
+    from rlcourse.capstone import build_tiny_qwen2, char_chat_tokenizer, save_tiny_qwen2
+
+    tok = char_chat_tokenizer()
+    model_dir = save_tiny_qwen2(tmp_path / "tiny", build_tiny_qwen2(tok, 32, 64, 1, 2, 1, 256), tok)
+    _torchrun(_write_config(tmp_path / "whole.toml", model_dir, tmp_path / "whole", steps=2))
+    _torchrun(_write_config(tmp_path / "cut.toml", model_dir, tmp_path / "cut", steps=1))
+    _torchrun(_write_config(tmp_path / "cut.toml", model_dir, tmp_path / "cut", steps=2), "--resume")
+    whole, resumed = _adapter(tmp_path / "whole" / "checkpoint-000002"), _adapter(tmp_path / "cut" / "checkpoint-000002")
+    first = _adapter(tmp_path / "whole" / "checkpoint-000001")
+    assert whole.keys() == resumed.keys() and whole
+    assert max(float((whole[k] - first[k]).abs().max()) for k in whole) > 1e-4  # step 2 moved the adapter
+    for key in whole:
+        assert torch.equal(whole[key], resumed[key]), key
 
 
 def _tiny_lm():
