@@ -13,7 +13,17 @@ tied embeddings). It prints
   included; ``L`` layers, ``d`` the model width, ``S`` the sequence length);
 - rollout tokens per second of rlcourse's sampler (:func:`rlcourse.lm.sample`) against plain
   ``model.generate`` with the same prompts, batch and sampling settings;
+- rlcourse's own RL update: one step of :class:`rlcourse.train.Trainer` with a LoRA adapter (rank 16
+  on every projection) on a batch of the capstone's full-profile shape (16 prompts x 8 samples, 128
+  prompt and 384 response tokens, micro-batches of 16, the reference pass, gradient checkpointing),
+  with random tokens and rewards: its update's tokens per second and FLOP/s (``4 N`` per token plus
+  attention: LoRA's backward carries activation gradients through the frozen weights) and MFU;
 - the peak memory of each part.
+
+The plain training step's default batch for the real shape is 8 x 2048 tokens (16 x 2048 without
+checkpointing needs more than an 80 GB H100 holds at the peak of the forward pass). With
+``--checkpointing`` the count above leaves out the recomputed forward, so the MFU it reports is at most
+0.75 of the hardware's actual use.
 
 The peak FLOP/s that MFU divides by comes from a table of dense bf16 peaks for known GPUs, or from
 ``--peak-tflops``; on a CPU it is the matmul rate this script measures (so the "MFU" there is the share
@@ -64,6 +74,12 @@ def flops_per_token(model, seq_len: int) -> float:
     """PaLM's count for forward + backward: ``6 N + 12 L d S``."""
     cfg = model.config
     return 6.0 * matmul_params(model) + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len
+
+
+def update_flops(model, tokens: int, seq_len: int) -> float:
+    """Forward + backward of a LoRA step: ``4 N`` per token plus PaLM's attention term ``12 L d S``."""
+    cfg = model.config
+    return tokens * (4.0 * matmul_params(model) + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len)
 
 
 def sync(device):
@@ -198,6 +214,52 @@ def bench_rollout(model, device, prompts: int, group: int, prompt_len: int, new_
     return out
 
 
+def bench_rl_update(model, device, prompts: int, group: int, prompt_len: int, new_tokens: int,
+                    micro_batch: int, checkpointing: bool) -> dict:
+    """One step of rlcourse's Trainer with LoRA on a random batch of the given shape: a sampler that
+    returns the batch (no decoding), rewards that vary within each group (so every row trains), the
+    reference pass (the base with the adapter off, ``beta > 0``) and the update. Returns the update's
+    seconds, tokens per second and FLOP/s (:func:`update_flops`), the reference pass's seconds and the
+    peak memory. ``model`` is wrapped with the adapter in place (run this last)."""
+    from rlcourse.capstone import add_lora
+    from rlcourse.capstone.models import enable_checkpointing
+    from rlcourse.lm.sampling import RolloutBatch
+    from rlcourse.train import RLConfig, Trainer
+
+    V, B = model.config.vocab_size, prompts * group
+    gen = torch.Generator().manual_seed(2)
+    prompt_ids = torch.randint(2, V, (prompts, prompt_len), generator=gen).repeat_interleave(group, 0).to(device)
+    response_ids = torch.randint(2, V, (B, new_tokens), generator=gen).to(device)
+
+    def random_batch(prompts, config):  # the step's "rollout": fixed random tokens of full length
+        return RolloutBatch(prompt_ids=prompt_ids, prompt_mask=torch.ones_like(prompt_ids, dtype=torch.long),
+                            response_ids=response_ids, response_mask=torch.ones(B, new_tokens, device=device),
+                            logprobs=torch.full((B, new_tokens), -float(torch.log(torch.tensor(float(V)))), device=device),
+                            index=torch.arange(len(prompts), device=device).repeat_interleave(group),
+                            truncated=torch.ones(B, dtype=torch.bool, device=device),
+                            prompts=[p for p in prompts for _ in range(group)], texts=[""] * B, temperature=1.0)
+
+    def varied(batch, examples, task, state):
+        return [float(i % 2) for i in range(len(batch))]
+
+    if checkpointing:
+        enable_checkpointing(model)
+    policy = add_lora(model, r=16, alpha=32)
+    cfg = RLConfig(steps=1, prompts_per_step=prompts, num_generations=group, max_completion_length=new_tokens,
+                   micro_batch_size=micro_batch, beta=0.04, learning_rate=1e-5, sampler=random_batch, reward=varied,
+                   old_logprobs="training", train_pool_size=prompts, progress=False)
+    trainer = Trainer(policy, _Tokenizer(V), "addition", cfg, eval_examples=[])
+    trainer.step()  # warm-up
+    reset_peak(device)
+    m = trainer.step()
+    tokens = B * (prompt_len + new_tokens) * m["frac_rows_trained"]
+    flops = update_flops(model, int(tokens), prompt_len + new_tokens)
+    return {"seconds_update": m["time_update"], "seconds_reference": m["time_reference"],
+            "tokens_per_second": tokens / m["time_update"], "flops_per_second": flops / m["time_update"],
+            "peak_memory_gib": peak_memory_gib(device), "rows": B, "micro_batch": micro_batch,
+            "frac_rows_trained": m["frac_rows_trained"]}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="a tiny model of the same family (seconds on a CPU)")
@@ -220,7 +282,7 @@ def main(argv=None) -> int:
     cfg = qwen25_05b_config(tiny)
     model = Qwen2ForCausalLM(cfg).to(device=device, dtype=dtype)
     n_params = sum(p.numel() for p in model.parameters())
-    batch = args.batch or (8 if tiny else 16)
+    batch = args.batch or 8
     seq_len = args.seq_len or (64 if tiny else 2048)
     steps = args.steps or (3 if tiny else 10)
     peak, peak_src = peak_flops(device, dtype, args.peak_tflops)
@@ -243,9 +305,18 @@ def main(argv=None) -> int:
               + (f", peak memory {r['peak_memory_gib']:.1f} GiB" if on_gpu else ""))
     print(f"rollout speed-up of rlcourse's sampler over generate: {roll['speedup']:.2f}x")
 
+    rl = bench_rl_update(model, device, prompts=2 if tiny else 16, group=4 if tiny else 8,
+                         prompt_len=16 if tiny else 128, new_tokens=8 if tiny else 384, micro_batch=4 if tiny else 16,
+                         checkpointing=not tiny)
+    rl["mfu"] = rl["flops_per_second"] / peak
+    print(f"rlcourse RL update (LoRA r=16, {rl['rows']} rows in micro-batches of {rl['micro_batch']}): "
+          f"{rl['seconds_update']:.2f} s, {rl['tokens_per_second']:.0f} tokens/s, "
+          f"{rl['flops_per_second'] / 1e9:.1f} GFLOP/s, MFU {rl['mfu']:.3f}; reference pass {rl['seconds_reference']:.2f} s"
+          + (f", peak memory {rl['peak_memory_gib']:.1f} GiB" if on_gpu else ""))
+
     results = {"device": str(device), "gpu": torch.cuda.get_device_name(device) if on_gpu else None, "tiny": tiny,
                "dtype": str(dtype), "params": n_params, "peak_flops": peak, "peak_source": peak_src,
-               "training": train, "mfu": mfu, "rollout": roll, "date": time.strftime("%Y-%m-%d"),
+               "training": train, "mfu": mfu, "rollout": roll, "rl_update": rl, "date": time.strftime("%Y-%m-%d"),
                "command": " ".join(sys.argv)}
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -8,8 +8,14 @@ the same LoRA adapter (rank 16 on every linear map of the decoder, same initiali
 same prompts (chat-formatted reasoning-gym arithmetic) with the same group size, completion length,
 reward (1 when the completion starts with an even character code: a random model earns it half of
 the time, so groups have variance), optimiser (AdamW, constant learning rate, no weight decay),
-clipping and loss (``loss_type="dapo"``, ``beta=0``: no reference model in either). They run in
-alternating rounds, and each one's time per step is the median over its measured steps.
+clipping and loss (``loss_type="dapo"``, ``beta=0``: no reference model in either), and the same
+gradient checkpointing: off on both sides by default (TRL's ``GRPOConfig`` would turn it on, re-running
+the forward pass in its update), on both with ``--gradient-checkpointing``. They run in alternating
+rounds, and each one's time per step is the median over its measured steps.
+
+An earlier version of this benchmark left TRL's default (checkpointing on) against rlcourse without
+it, and measured a ratio of 0.74 (target missed) on a loaded 2-core CPU; the ratio with the setting
+made alike has not been measured.
 
 It also prints the update's achieved FLOP/s against this machine's measured matmul rate: with LoRA
 the backward pass still propagates activation gradients through every frozen weight, so a step costs
@@ -32,6 +38,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_check import update_flops  # noqa: E402  (4 N per token plus attention)
 TARGET = 0.7
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -49,14 +56,6 @@ def build(args):
     return model, tok
 
 
-def update_flops(model, tokens: int, seq_len: int) -> float:
-    """Forward + backward of a LoRA step: ``4 N`` per token plus PaLM's attention term ``12 L d S``."""
-    from gpu_check import matmul_params
-
-    cfg = model.config
-    return tokens * (4.0 * matmul_params(model) + 12.0 * cfg.num_hidden_layers * cfg.hidden_size * seq_len)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=8)
@@ -70,6 +69,8 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--intermediate", type=int, default=1536)
     parser.add_argument("--layers", type=int, default=7)
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="gradient checkpointing on both sides (default: off on both)")
     parser.add_argument("--tiny", action="store_true", help="a tiny model and 2 steps (a smoke test of the script)")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -88,6 +89,7 @@ def main(argv=None) -> int:
 
     from rlcourse.capstone import ReasoningGymMath, add_lora
     from rlcourse.capstone.math_tasks import ChatTask
+    from rlcourse.capstone.models import enable_checkpointing
     from rlcourse.tasks import Score
     from rlcourse.train import Trainer
 
@@ -111,7 +113,8 @@ def main(argv=None) -> int:
 
     def trl_times() -> list[float]:
         timer = step_timer()
-        cfg = grpo_config(args.prompts, args.generations, args.max_completion_length, args.lr, total)
+        cfg = grpo_config(args.prompts, args.generations, args.max_completion_length, args.lr, total,
+                          gradient_checkpointing=args.gradient_checkpointing)
         lora = LoraConfig(r=16, lora_alpha=32, target_modules=TARGETS, lora_dropout=0.0, bias="none",
                           task_type="CAUSAL_LM")
         with torch.random.fork_rng(devices=[]):
@@ -122,7 +125,10 @@ def main(argv=None) -> int:
         return timer.times[args.warmup:]
 
     def our_times() -> list[dict]:
-        policy = add_lora(copy.deepcopy(base), r=16, alpha=32, target_modules=TARGETS, seed=0)
+        model = copy.deepcopy(base)
+        if args.gradient_checkpointing:
+            enable_checkpointing(model)
+        policy = add_lora(model, r=16, alpha=32, target_modules=TARGETS, seed=0)
         ours = Trainer(policy, tok, task, rlcourse_config(args.prompts, args.generations,
                                                             args.max_completion_length, args.lr, total),
                        train_examples=pool)
@@ -139,7 +145,8 @@ def main(argv=None) -> int:
     peak = measured_matmul_peak(torch.device("cpu"), torch.float32, n=512)
 
     print(f"model: Qwen2 {args.hidden}x{args.layers} ({n_params / 1e6:.1f}M parameters), LoRA r=16 on {len(TARGETS)} "
-          f"projections; {args.prompts} prompts x {args.generations} samples, <= {args.max_completion_length} new tokens")
+          f"projections; {args.prompts} prompts x {args.generations} samples, <= {args.max_completion_length} new tokens; "
+          f"gradient checkpointing {'on' if args.gradient_checkpointing else 'off'} on both sides")
     print(f"TRL {trl.__version__} GRPOTrainer: {trl_step:.3f} s/step; rlcourse Trainer: {our_step:.3f} s/step "
           f"(median of {args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up)")
     print(f"rlcourse stages (median s): rollout {stages['time_rollout']:.3f}, update {stages['time_update']:.3f}")

@@ -23,9 +23,12 @@ def step_timer():
     return StepTimer()
 
 
-def grpo_config(prompts: int, generations: int, max_completion_length: int, lr: float, steps: int):
+def grpo_config(prompts: int, generations: int, max_completion_length: int, lr: float, steps: int,
+                gradient_checkpointing: bool = False):
     """TRL's ``GRPOConfig`` for the comparison: one generation per step, one pass, ``beta = 0``,
-    ``loss_type="dapo"``, constant learning rate, no weight decay, gradient clipping at 1, on the CPU."""
+    ``loss_type="dapo"``, constant learning rate, no weight decay, gradient clipping at 1, on the CPU.
+    ``gradient_checkpointing`` is set explicitly (TRL's ``GRPOConfig`` turns it on by default, which
+    re-runs the forward pass in the update); the rlcourse side must be given the same setting."""
     import trl
 
     return trl.GRPOConfig(
@@ -35,7 +38,7 @@ def grpo_config(prompts: int, generations: int, max_completion_length: int, lr: 
         logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
         gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, shuffle_dataset=False,
         dataloader_num_workers=0, max_grad_norm=1.0, weight_decay=0.0, lr_scheduler_type="constant",
-        warmup_steps=0, disable_tqdm=True,
+        warmup_steps=0, disable_tqdm=True, gradient_checkpointing=gradient_checkpointing,
     )
 
 

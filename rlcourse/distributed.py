@@ -25,11 +25,13 @@ state is the one a checkpoint keeps.
 
 This is what ``DistributedDataParallel`` computes (it averages gradients; we sum, because our
 denominators are already global), without its overlap of communication with the backward pass:
-clear rather than fast. The process group comes from :mod:`torch.distributed` (``gloo`` on CPU,
-``nccl`` on GPUs); :func:`init_from_env` starts it from the variables a launcher sets.
+clear rather than fast. The process group comes from :mod:`torch.distributed` (``gloo`` on CPU; on GPUs
+a mixed group, ``nccl`` for CUDA tensors and ``gloo`` for the CPU scalars, see :func:`choose_backend`);
+:func:`init_from_env` starts it from the variables a launcher sets.
 """
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Iterable
@@ -77,18 +79,26 @@ class Group:
 
     def reduce_metrics(self, values: dict, summed: Iterable[str] = (), keep: Iterable[str] = ()) -> dict:
         """``values`` with each numeric entry averaged over processes, or summed for the keys in
-        ``summed`` (counts, and parts of a global sum); keys in ``keep`` and non-numbers unchanged."""
+        ``summed`` (counts, and parts of a global sum); keys in ``keep`` and non-numbers unchanged.
+
+        Processes may log different keys (with ``beta = 0`` a process whose groups all had equal
+        rewards trains no rows, so it has no clipping metrics): the reduction runs over the union of
+        every process's keys, in one agreed order (:func:`metric_keys`), and a key is averaged over
+        the processes that logged it (a missing key adds nothing to a sum)."""
         if self.world_size == 1:
             return values
         summed, keep = set(summed), set(keep)
-        keys = [k for k, v in values.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in keep]
-        t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
+        mine = metric_keys(values, keep)
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        keys = sorted(set().union(*gathered))
+        t = torch.tensor([[float(values[k]) if k in mine else 0.0 for k in keys],
+                          [1.0 if k in mine else 0.0 for k in keys]], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         out = dict(values)
-        for key, total in zip(keys, t.tolist()):
-            out[key] = total if key in summed else total / self.world_size
-            if isinstance(values[key], int) and key in summed:
+        for key, total, count in zip(keys, t[0].tolist(), t[1].tolist()):
+            out[key] = total if key in summed else total / count
+            if key in summed and isinstance(values.get(key), int):
                 out[key] = int(round(total))
         return out
 
@@ -121,19 +131,40 @@ def current() -> Group:
     return Group()
 
 
-def init_from_env(backend: str | None = None) -> Group:
+def metric_keys(values: dict, keep: Iterable[str] = ()) -> list[str]:
+    """The sorted keys of ``values`` that :meth:`Group.reduce_metrics` reduces: numbers (not bools)
+    outside ``keep``."""
+    keep = set(keep)
+    return sorted(k for k, v in values.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in keep)
+
+
+def choose_backend(cuda: bool) -> str:
+    """The process-group backend for a machine with or without CUDA.
+
+    With CUDA the group is mixed, ``"cpu:gloo,cuda:nccl"``: gradients (on the GPU) go through NCCL,
+    while the few scalars the loop reduces (denominators, metrics, on the CPU) go through gloo; a
+    plain ``"nccl"`` group has no backend for CPU tensors. Without CUDA, ``"gloo"``."""
+    return "cpu:gloo,cuda:nccl" if cuda else "gloo"
+
+
+def init_from_env(backend: str | None = None, timeout_minutes: float = 60.0) -> Group:
     """Start the process group from the variables ``accelerate launch`` / ``torchrun`` set
-    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``); a plain ``python`` run (no
-    ``WORLD_SIZE`` or ``WORLD_SIZE=1``) stays a single process. ``backend`` defaults to ``nccl``
-    with CUDA and ``gloo`` without."""
+    (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``LOCAL_RANK``); a plain ``python``
+    run (no ``WORLD_SIZE`` or ``WORLD_SIZE=1``) stays a single process. ``backend`` defaults to
+    :func:`choose_backend`'s. With CUDA, each process takes the GPU of its ``LOCAL_RANK`` before
+    the group starts, so NCCL binds to that device. ``timeout_minutes`` bounds how long a collective
+    waits: the other processes wait in their first one while rank 0 evaluates the base model, which
+    at the full profile's size can outlast NCCL's default of 10 minutes."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
         if missing:
             raise ValueError(f"WORLD_SIZE={world} but {missing} are not set: start the run with "
                              "`accelerate launch` or `torchrun`")
-        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-        dist.init_process_group(backend=backend)
-        if backend == "nccl":
+        cuda = torch.cuda.is_available()
+        backend = backend or choose_backend(cuda)
+        if cuda and "nccl" in backend:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=timeout_minutes))
     return current()

@@ -69,7 +69,11 @@ class RLConfig:
     scale_rewards                     ``group``/``batch``/``none`` (``grpo`` estimator only)
     max_completion_length             new tokens per response (also Dr. GRPO's constant)
     num_iterations                    optimisation passes over each batch (mu)
-    micro_batch_size                  rows per backward pass (gradient identical to one pass)
+    micro_batch_size                  rows per forward/backward pass (gradient identical to one pass)
+    old_logprobs                      ``sampler``: the ratio's denominator is the sampler's log-probs;
+                                      ``training``: the trainer's own (with one pass, its forward
+                                      detached, as TRL does; else a forward before the first pass), so
+                                      a sampler in another precision adds no noise to the ratio
     skip_zero_advantage_rows          no forward/backward for rows whose gradient is exactly zero
     share_prompt_forward              the update runs each prompt once for its G samples (same result)
     advantage_estimator, policy_loss, reward, sampler, prompt_sampler: registry names
@@ -96,6 +100,7 @@ class RLConfig:
     steps: int = 100
     prompts_per_step: int = 16
     micro_batch_size: int | None = None
+    old_logprobs: str = "sampler"  # or "training" (see the table above)
     skip_zero_advantage_rows: bool = True  # leave rows of exactly zero gradient out of the update
     share_prompt_forward: bool = True  # run each prompt once in the update, not once per sample
     max_grad_norm: float | None = 1.0
@@ -147,6 +152,8 @@ class RLConfig:
             raise ValueError(f"lr_scheduler must be 'constant' or 'linear', got {self.lr_scheduler!r}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.old_logprobs not in ("sampler", "training"):
+            raise ValueError(f"old_logprobs must be 'sampler' or 'training', got {self.old_logprobs!r}")
 
     @property
     def loss_agg_mode(self) -> str:
@@ -355,7 +362,8 @@ class Trainer:
         old_logprobs = batch.logprobs
         with torch.no_grad():
             ref_logprobs = None if self.ref_model is None else response_logprobs(
-                self.ref_model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature)
+                self.ref_model, batch.input_ids, batch.attention_mask, batch.response_len, batch.temperature,
+                micro_batch_size=cfg.micro_batch_size)
             t_reference = time.perf_counter()
             values = None if self.value_model is None else self.value_model.response_values(
                 batch.input_ids, batch.attention_mask, batch.response_len) * mask
@@ -458,6 +466,10 @@ class Trainer:
         extras = {key: v[:, :T] for key, v in batch.extras.items()
                   if key in inspect.signature(self.policy_loss).parameters}
         n_micro = self.dp.sum(-(-len(live) // mb)) if cfg.loss_type == "bnpo" else 1  # see above (all processes)
+        if cfg.old_logprobs == "training" and cfg.num_iterations > 1 and len(live):  # before any update
+            with torch.no_grad():
+                old_logprobs = response_logprobs(self.model, input_ids, attention_mask, T, batch.temperature,
+                                                 micro_batch_size=mb) * mask
         self.model.train()
         for _ in range(cfg.num_iterations):
             for start in range(0, len(live), mb):
@@ -467,7 +479,9 @@ class Trainer:
                 if need_entropy:
                     logp, entropy = logp
                 pg_loss, pg_metrics = call_policy_loss(
-                    self.policy_loss, agg, old_log_prob=old_logprobs[rows], log_prob=logp, advantages=advantages[rows],
+                    self.policy_loss, agg, log_prob=logp, advantages=advantages[rows],
+                    old_log_prob=logp.detach() if cfg.old_logprobs == "training" and cfg.num_iterations == 1
+                    else old_logprobs[rows],
                     response_mask=mask[rows], clip_ratio_low=cfg.epsilon,
                     clip_ratio_high=cfg.epsilon_high if cfg.epsilon_high is not None else cfg.epsilon,
                     clip_ratio_c=cfg.clip_ratio_c, **{key: v[rows] for key, v in extras.items()}, **cfg.loss_kwargs)

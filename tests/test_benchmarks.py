@@ -20,6 +20,8 @@ def test_gpu_check_tiny_on_cpu(tmp_path):
     r = json.loads(out.read_text())
     assert r["tiny"] and r["training"]["tokens_per_second"] > 0 and r["mfu"] > 0
     assert r["rollout"]["rlcourse"]["tokens_per_second"] > 0 and r["rollout"]["generate"]["tokens_per_second"] > 0
+    rl = r["rl_update"]  # rlcourse's own RL step, every row trained (rewards vary in each group)
+    assert rl["frac_rows_trained"] == 1.0 and rl["tokens_per_second"] > 0 and 0 < rl["mfu"] < 1
 
 
 def test_flop_count_of_the_real_shape():
@@ -41,9 +43,10 @@ def test_grpo_lora_vs_trl_runs_in_its_tiny_form(capsys):
     import pytest
     pytest.importorskip("trl")
     bench = load("grpo_lora_vs_trl")
-    assert bench.main(["--tiny"]) == 0
+    assert bench.main(["--tiny", "--gradient-checkpointing"]) == 0  # the setting's path, on both sides
     out = capsys.readouterr().out
     assert "ratio rlcourse / TRL" in out and "GFLOP/s achieved" in out
+    assert "gradient checkpointing on on both sides" in out
 
 
 def test_lora_update_flops_count_four_n_per_token():
@@ -56,3 +59,15 @@ def test_lora_update_flops_count_four_n_per_token():
         model = Qwen2ForCausalLM(gpu_check.qwen25_05b_config(tiny=True))
     n, cfg = gpu_check.matmul_params(model), model.config
     assert bench.update_flops(model, 10, 32) == 10 * (4 * n + 12 * cfg.num_hidden_layers * cfg.hidden_size * 32)
+
+
+def test_trl_comparison_sets_gradient_checkpointing_alike():
+    """TRL's GRPOConfig turns gradient checkpointing on by default; the comparison sets it explicitly,
+    off unless asked, so neither side re-runs its forward pass when the other does not."""
+    import pytest
+    pytest.importorskip("trl")
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    trl_common = load("trl_common")
+    assert trl_common.grpo_config(2, 2, 4, 1e-3, 1).gradient_checkpointing is False
+    assert trl_common.grpo_config(2, 2, 4, 1e-3, 1, gradient_checkpointing=True).gradient_checkpointing is True

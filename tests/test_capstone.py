@@ -1,5 +1,6 @@
 """Capstone 1 (GRPO with LoRA on a real Hugging Face model): loading, LoRA, tasks, evaluation, resume."""
 import json
+from dataclasses import replace
 import os
 
 import numpy as np
@@ -253,3 +254,260 @@ def test_full_profile_code_path_on_cpu_with_a_tiny_model(tiny_path, tmp_path):
     assert getattr(inner, "is_activation_checkpointing", None) or inner.is_gradient_checkpointing
     assert "\\boxed{<number>}" in result["trainer"].eval_examples[0].prompt
     assert len(result["history"]) == 2 and np.isfinite(result["history"][-1]["loss"])
+
+
+# ---------------------------------------------------------------- the GPU path, checked on the CPU
+def test_tokens_are_drawn_on_the_model_device_from_a_seed_of_the_cpu_generator(monkeypatch):
+    """On the CPU the trainer's generator draws the tokens itself (results unchanged); on another
+    device a generator there is seeded from one draw of the CPU generator, so the probabilities
+    never leave the device and a resumed run (same CPU generator state) draws the same seed."""
+    from rlcourse.lm.sampling import device_generator
+
+    gen = torch.Generator().manual_seed(3)
+    assert device_generator(gen, "cpu") is gen and device_generator(None, "cuda") is None
+    made = []
+    real = torch.Generator
+
+    def on_device(device="cpu"):  # stands in for a CUDA generator on this CPU-only machine
+        made.append(torch.device(device))
+        return real()
+
+    monkeypatch.setattr(torch, "Generator", on_device)
+    a, b = real().manual_seed(5), real().manual_seed(5)
+    first = device_generator(a, "cuda:1")
+    assert made == [torch.device("cuda:1")]
+    assert torch.equal(torch.rand(4, generator=first), torch.rand(4, generator=device_generator(b, "cuda:1")))
+    assert not torch.equal(a.get_state(), real().manual_seed(5).get_state())  # the CPU generator moved on
+    assert not torch.equal(torch.rand(4, generator=first), torch.rand(4, generator=device_generator(a, "cuda:1")))
+
+
+@pytest.mark.parametrize("chunk_elements", [7, 40, 120, 10 ** 6])
+def test_chunked_logprobs_equal_one_log_softmax_in_values_and_gradients(chunk_elements):
+    """Chunks of one position (7 < V), of a few positions (40), of whole rows (120) and one chunk:
+    log-probs, entropies and the gradient of any mix of them equal those of one float32 log-softmax."""
+    from rlcourse.lm.model import chunked_logprobs
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64) * 3
+    labels = torch.randint(0, 11, (3, 5))
+    w_logp, w_ent = torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+
+    def plain(x):
+        logz = torch.log_softmax(x / 0.7, -1)
+        return logz.gather(-1, labels[..., None]).squeeze(-1), -(logz.exp() * logz).sum(-1)
+
+    a = logits.clone().requires_grad_()
+    logp, ent = plain(a)
+    ((logp * w_logp).sum() + (ent * w_ent).sum()).backward()
+    b = logits.clone().requires_grad_()
+    logp_c, ent_c = chunked_logprobs(b, labels, 0.7, return_entropy=True, chunk_elements=chunk_elements)
+    assert logp_c.dtype == torch.float32
+    ((logp_c * w_logp).sum() + (ent_c * w_ent).sum()).backward()
+    assert torch.allclose(logp_c.double(), logp, atol=1e-5) and torch.allclose(ent_c.double(), ent, atol=1e-5)
+    assert torch.allclose(b.grad, a.grad, atol=1e-5)
+    c = logits.clone().requires_grad_()  # the log-prob alone (no entropy gradient)
+    (chunked_logprobs(c, labels, 0.7, chunk_elements=chunk_elements) * w_logp).sum().backward()
+    d = logits.clone().requires_grad_()
+    (plain(d)[0] * w_logp).sum().backward()
+    assert torch.allclose(c.grad, d.grad, atol=1e-5)
+    with pytest.raises(ValueError, match="chunk_elements"):
+        chunked_logprobs(logits, labels, chunk_elements=0)
+
+
+class _LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the most elements of any tensor an operation returns, per dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest: dict = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                self.largest[t.dtype] = max(self.largest.get(t.dtype, 0), t.numel())
+        return out
+
+
+class _MetaLM(torch.nn.Module):
+    """The logits a causal LM of vocabulary V returns, as meta tensors (no memory): enough to follow
+    the shapes of the log-prob passes at the full profile's size on a CPU."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab, self.rows = vocab, []
+
+    def forward(self, input_ids, attention_mask, position_ids, use_cache, logits_to_keep):
+        from types import SimpleNamespace
+        self.rows.append(input_ids.shape[0])
+        return SimpleNamespace(logits=torch.empty(input_ids.shape[0], logits_to_keep, self.vocab, dtype=torch.bfloat16,
+                                                  device=input_ids.device))
+
+
+def test_log_prob_passes_peak_at_one_micro_batch_at_full_profile_shapes():
+    """The full profile (Qwen2.5's vocabulary of 151,936, 128 rows of 384 response tokens, micro-batches
+    of 16): the reference pass runs 16 rows at a time, and no float32 tensor of the policy pass (forward
+    and backward) exceeds one chunk; the whole-batch float32 log-softmax would be 128 x 384 x 151,936."""
+    from rlcourse.lm.model import LOGPROB_CHUNK_ELEMENTS, chunked_logprobs, response_logprobs
+
+    full = capstone_config("full")
+    V, B, T, mb = 151_936, 16 * 8, full.rl["max_completion_length"], full.rl["micro_batch_size"]
+    assert (B, T, mb) == (full.rl["prompts_per_step"] * full.rl["num_generations"], 384, 16)
+    model, ids = _MetaLM(V), torch.zeros(B, 100 + T, dtype=torch.long, device="meta")
+    with torch.no_grad(), _LargestTensor() as seen:
+        ref = response_logprobs(model, ids, torch.ones_like(ids), T, micro_batch_size=mb)
+    assert ref.shape == (B, T) and model.rows == [mb] * (B // mb)
+    assert seen.largest[torch.bfloat16] == mb * (T + 1) * V  # one micro-batch's logits
+    assert seen.largest[torch.float32] <= LOGPROB_CHUNK_ELEMENTS < B * T * V // 100
+    logits = torch.empty(mb, T, V, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with _LargestTensor() as seen:
+        logp, ent = chunked_logprobs(logits, torch.zeros(mb, T, dtype=torch.long, device="meta"), 1.0, True)
+        (logp.sum() + ent.sum()).backward()
+    assert logits.grad.shape == logits.shape and logits.grad.dtype == torch.bfloat16
+    assert seen.largest[torch.float32] <= LOGPROB_CHUNK_ELEMENTS
+    assert seen.largest[torch.bfloat16] <= mb * T * V
+
+
+def test_trainer_runs_the_reference_and_policy_passes_in_micro_batches(tiny_path):
+    model, tok = load_causal_lm(tiny_path)
+    policy = add_lora(model, r=2, alpha=4)
+    cfg = RLConfig(steps=1, prompts_per_step=3, num_generations=4, max_completion_length=4, beta=0.1,
+                   entropy_coef=0.01, micro_batch_size=5, train_pool_size=16, eval_prompts=0, progress=False)
+    trainer = Trainer(policy, tok, ReasoningGymMath("basic_arithmetic", **ARITH), cfg, eval_examples=[])
+    rows = []
+    model.register_forward_pre_hook(lambda m, args, kwargs: rows.append(
+        (kwargs["input_ids"].shape[0], kwargs.get("use_cache"))), with_kwargs=True)
+    trainer.step()
+    scoring = [n for n, cache in rows if cache is False]  # the reference and the policy passes
+    assert scoring and max(scoring) <= 5 and sum(scoring) >= 2 * 12 - 5
+
+
+def test_bfloat16_sampler_and_trainer_disagree_and_training_old_logprobs_make_the_ratio_one(tiny_path, tmp_path):
+    """In bfloat16 the KV-cached sampler and the full-sequence forward round differently; in float32 they
+    agree. With old_logprobs="training" the first pass's ratio is the update's own forward over itself (1,
+    whatever the sampler reported), and with several passes a forward before the first one."""
+    from rlcourse.capstone.mismatch import logprob_mismatch
+    from rlcourse.rollout import policy_sampler
+
+    tok = char_chat_tokenizer()
+    path = save_tiny_qwen2(tmp_path / "wider", build_tiny_qwen2(tok, 64, 128, 2, 4, 2, 256), tok)
+    prompts = ["Q: 1+2? A: ", "Q: 17-3? A: "]
+    fp32 = logprob_mismatch(load_causal_lm(path)[0], tok, prompts, num_generations=4, max_new_tokens=8)
+    bf16 = logprob_mismatch(load_causal_lm(path, dtype=torch.bfloat16)[0], tok, prompts, num_generations=4,
+                            max_new_tokens=8)
+    assert fp32["tokens"] > 0 and fp32["mean_abs"] < 1e-5 < bf16["mean_abs"]
+    with pytest.raises(ValueError, match="old_logprobs"):
+        RLConfig(old_logprobs="sampled")
+
+    def other_engine(model, tokenizer, prompts, config, generator, state):  # reports log-probs off by noise
+        batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        noise = 0.05 * torch.randn(batch.logprobs.shape, generator=torch.Generator().manual_seed(0))
+        return replace(batch, logprobs=(batch.logprobs + noise) * batch.response_mask)
+
+    task = ReasoningGymMath("basic_arithmetic", **ARITH)
+    kl = {}
+    for old, passes in [("sampler", 1), ("training", 1), ("training", 2)]:
+        policy = add_lora(load_causal_lm(tiny_path)[0], r=2, alpha=4)
+        cfg = RLConfig(steps=1, prompts_per_step=2, num_generations=4, max_completion_length=6, entropy_coef=0.01,
+                       sampler=other_engine, old_logprobs=old, num_iterations=passes, learning_rate=1e-2,
+                       train_pool_size=16, progress=False)
+        kl[old, passes] = Trainer(policy, tok, task, cfg, eval_examples=[]).step()["ppo_kl"]
+    assert abs(kl["sampler", 1]) > 1e-3 and kl["training", 1] == 0.0
+    assert kl["training", 2] != 0.0 and abs(kl["training", 2]) < abs(kl["sampler", 1])  # the 2nd pass: the update
+
+
+# ---------------------------------------------------------------- bad input, refused before anything loads
+def test_config_types_are_checked_when_the_config_is_made():
+    from rlcourse.capstone.cli import config_from_mapping
+    from rlcourse.capstone.validate import matches_type
+
+    for bad, named in [({"lora_r": "four"}, "lora_r = 'four' should be int"), ({"rl": {"steps": "3"}}, "rl.steps"),
+                       ({"ks": [1, "4"]}, "ks entry '4'"), ({"gradient_checkpointing": 1}, "gradient_checkpointing"),
+                       ({"rl": {"beta": "0.1"}}, "rl.beta"), ({"rl": 3}, "table of RLConfig")]:
+        with pytest.raises(TypeError, match=named):
+            config_from_mapping({"profile": "smoke", **bad})
+    assert matches_type(3, float) and not matches_type(True, int) and not matches_type(2.5, int)
+    assert matches_type(None, int | None) and matches_type([1], tuple) and not matches_type("x", int | None)
+    cfg, _ = config_from_mapping({"profile": "smoke", "lora_alpha": 8, "rl": {"beta": 0}})
+    assert cfg.rl["beta"] == 0
+
+
+def test_a_new_task_starts_from_an_empty_task_config_and_gsm8k_takes_two_files(tmp_path):
+    from rlcourse.capstone.cli import config_from_mapping
+    from rlcourse.capstone.grpo_lora import base_task
+
+    assert capstone_config("smoke").task_config  # the profile's arithmetic settings ...
+    cfg, _ = config_from_mapping({"profile": "smoke", "task": "gsm_symbolic"})
+    assert cfg.task_config == {}  # ... do not follow a different task
+    cfg, _ = config_from_mapping({"profile": "smoke", "task": "basic_arithmetic", "task_config": {"min_terms": 2}})
+    assert cfg.task_config == {"min_terms": 2}
+    rows = [{"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"} for i in range(5)]
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
+    test.write_text("".join(json.dumps(r) + "\n" for r in rows[3:]))
+    cfg, _ = config_from_mapping({"profile": "smoke", "jsonl_path": str(train), "jsonl_test_path": str(test)})
+    task = base_task(cfg)
+    assert len(task.rows("train")) == 3 and [e.answer for e in task.rows("test")] == ["4", "5"]
+    with pytest.raises(ValueError, match="needs jsonl_path"):
+        capstone_config("smoke", jsonl_test_path=str(test))
+
+
+def test_everything_that_can_be_checked_without_weights_is_checked_first(tmp_path):
+    from rlcourse.capstone.validate import check_before_loading
+
+    check_before_loading(capstone_config("smoke"))  # the profile itself is fine
+    for cfg, processes, named in [
+            (capstone_config("smoke", lora_targets=("qkv_proj",)), 1, r"LoRA targets \['qkv_proj'\].*it has"),
+            (capstone_config("smoke"), 5, "5 processes cannot share prompts_per_step = 4"),
+            (capstone_config("smoke", dtype="bfloat17"), 1, "not a torch dtype"),
+            (capstone_config("smoke", task_config={"min_termz": 2}), 1, "task: .*min_termz"),
+            (capstone_config("smoke", jsonl_path=str(tmp_path / "none.jsonl")), 1, "no GSM8K-format JSONL"),
+            (capstone_config("smoke", rl={"micro_batch_size": 0}), 1, "rl: micro_batch_size"),
+            (capstone_config("full", model="no-such-org/no-such-model-xyz"), 1, "needs a download")]:
+        with pytest.raises(ValueError, match=named):
+            check_before_loading(cfg, processes)
+    qwen = tmp_path / "qwen-config"  # a hub model's targets are read from its config on the meta device
+    from transformers import Qwen2Config
+    Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1).save_pretrained(qwen)
+    check_before_loading(capstone_config("smoke", model=str(qwen)))
+    with pytest.raises(ValueError, match="c_attn"):
+        check_before_loading(capstone_config("smoke", model=str(qwen), lora_targets=("c_attn",)))
+
+
+def test_the_command_line_prints_one_line_for_bad_input(tmp_path, capsys):
+    from rlcourse.capstone.cli import main
+
+    for text, named in [('profile = "smoke"\nlora_r = "four"\n', "lora_r = 'four' should be int"),
+                        ('profile = "smoke"\nlora_targets = ["qkv_proj"]\n', "qkv_proj"),
+                        ('profile = "smoke"\nlora_rank = 4\n', "unknown config keys")]:
+        path = tmp_path / "run.toml"
+        path.write_text(text + f'output_dir = "{tmp_path / "out"}"\n')
+        assert main(["train", "--config", str(path), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert named in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert err.startswith("python -m rlcourse: error:")
+        assert not (tmp_path / "out").exists()  # refused before a model was built or a run started
+    assert main(["train", "--config", str(tmp_path / "missing.toml")]) == 2
+    assert "no config file" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="lora_r"):
+        path.write_text('profile = "smoke"\nlora_r = "four"\n')
+        main(["train", "--config", str(path), "--traceback"])
+
+
+def test_the_readme_run_toml_is_a_valid_full_profile_config(tmp_path):
+    """The README's complete run.toml parses, every key and type is accepted, and it asks for what a
+    GPU run needs (the full profile, bf16, checkpointing, an output folder)."""
+    from pathlib import Path
+
+    from rlcourse.capstone.cli import config_from_mapping, read_config_file
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Training a real model"):]
+    block = section[section.index("```toml") + len("```toml"):]
+    path = tmp_path / "run.toml"
+    path.write_text(block[:block.index("```")])
+    cfg, run = config_from_mapping(read_config_file(path))
+    assert run["profile"] == "full" and run["output_dir"]
+    assert cfg.dtype == "bfloat16" and cfg.gradient_checkpointing and cfg.rl["micro_batch_size"]
+    assert cfg.rl["old_logprobs"] == "training"

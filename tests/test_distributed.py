@@ -42,13 +42,74 @@ def test_global_token_mean_is_not_the_mean_of_local_token_means():
     assert not torch.allclose(local, whole, atol=1e-3)
 
 
+def test_backend_is_mixed_with_cuda_and_gloo_without():
+    """A plain "nccl" group has no backend for the CPU scalars the loop all-reduces (denominators,
+    metrics): with CUDA the group must map cpu to gloo and cuda to nccl."""
+    from torch.distributed.distributed_c10d import BackendConfig
+
+    from rlcourse.distributed import choose_backend
+
+    assert choose_backend(cuda=False) == "gloo"
+    mixed = choose_backend(cuda=True)
+    assert mixed == "cpu:gloo,cuda:nccl"
+    mapping = BackendConfig(mixed).get_device_backend_map()
+    assert mapping["cpu"] == "gloo" and mapping["cuda"] == "nccl"
+    assert "cpu" not in BackendConfig("nccl").get_device_backend_map()  # why plain nccl fails
+
+
+def test_metric_keys_are_the_numbers_outside_keep():
+    from rlcourse.distributed import metric_keys
+
+    assert metric_keys({"b": 1.0, "a": 2, "flag": True, "name": "x", "step": 3}, keep={"step"}) == ["a", "b"]
+
+
+def _ranks_log_different_keys(rank: int, world: int, port: int, out: str) -> None:
+    """One process of the beta = 0 run: rank 1's groups all have equal rewards, so it trains no row
+    and logs no clipping metrics, while rank 0's groups have live rows."""
+    import torch.distributed as dist
+
+    from rlcourse.capstone import build_tiny_qwen2, char_chat_tokenizer
+    from rlcourse.train import RLConfig, Trainer
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        tok = char_chat_tokenizer()
+        model = build_tiny_qwen2(tok, 32, 64, 1, 2, 1, 128, seed=1)
+
+        def reward(batch, examples, task, state):  # rank 0: a different reward per sample; rank 1: all 0
+            return [float(i % 2) if rank == 0 else 0.0 for i in range(len(batch))]
+
+        cfg = RLConfig(steps=1, prompts_per_step=4, num_generations=2, max_completion_length=4, beta=0.0,
+                       learning_rate=1e-2, reward=reward, train_pool_size=16, eval_prompts=0, progress=False)
+        metrics = Trainer(model, tok, "addition", cfg).step()
+        Path(out, f"rank{rank}.json").write_text(json.dumps(metrics))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_log_different_metrics_reduce_over_the_same_keys(tmp_path):
+    """beta = 0 skips zero-advantage rows; a rank with no live row logs fewer keys. The metrics must
+    still reduce (a vector of each rank's own keys made gloo abort: "48 vs 40") to one dict on every
+    rank, and a metric only one rank logged is that rank's value."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ranks_log_different_keys, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0.keys() == r1.keys() and "pg_clipfrac" in r0
+    for key in r0:
+        assert r0[key] == pytest.approx(r1[key], nan_ok=True) or key.startswith("time") or \
+            key.endswith("seconds"), key
+    assert r0["frac_rows_trained"] == pytest.approx(0.5)  # rank 0 trained all its rows, rank 1 none
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _write_config(path: Path, model: Path, output_dir: Path) -> Path:
+def _write_config(path: Path, model: Path, output_dir: Path, steps: int = 1) -> Path:
     # 5 prompts over 2 processes (3 and 2): unequal shares, so local denominators would differ
     path.write_text(f'''profile = "smoke"
 model = "{model}"
@@ -65,7 +126,7 @@ operators = ["+", "-"]
 allow_parentheses = false
 allow_negation = false
 [rl]
-steps = 1
+steps = {steps}
 prompts_per_step = 5
 num_generations = 4
 max_completion_length = 4
@@ -111,6 +172,33 @@ def test_two_processes_take_the_step_of_one(tmp_path):
     assert moved > 1e-4, "the step did not move the adapter: nothing was compared"
     for key in one:
         assert torch.allclose(dp[key], one[key], atol=1e-6, rtol=1e-5), key
+
+
+def _torchrun(config: Path, *extra: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(_free_port()), "-m", "rlcourse", "train", "--config", str(config), "--no-progress",
+           *extra]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_two_processes_resume_exactly(tmp_path):
+    """Two gloo processes stopped after step 1 and resumed from its checkpoint end step 2 with the
+    adapter of an uninterrupted two-process run."""
+    from rlcourse.capstone import build_tiny_qwen2, char_chat_tokenizer, save_tiny_qwen2
+
+    tok = char_chat_tokenizer()
+    model_dir = save_tiny_qwen2(tmp_path / "tiny", build_tiny_qwen2(tok, 32, 64, 1, 2, 1, 256), tok)
+    _torchrun(_write_config(tmp_path / "whole.toml", model_dir, tmp_path / "whole", steps=2))
+    _torchrun(_write_config(tmp_path / "cut.toml", model_dir, tmp_path / "cut", steps=1))
+    _torchrun(_write_config(tmp_path / "cut.toml", model_dir, tmp_path / "cut", steps=2), "--resume")
+    whole, resumed = _adapter(tmp_path / "whole" / "checkpoint-000002"), _adapter(tmp_path / "cut" / "checkpoint-000002")
+    first = _adapter(tmp_path / "whole" / "checkpoint-000001")
+    assert whole.keys() == resumed.keys() and whole
+    assert max(float((whole[k] - first[k]).abs().max()) for k in whole) > 1e-4  # step 2 moved the adapter
+    for key in whole:
+        assert torch.equal(whole[key], resumed[key]), key
 
 
 def _tiny_lm():

@@ -59,7 +59,9 @@ def read_config_file(path: str | Path) -> dict:
 
 def config_from_mapping(data: dict):
     """``(CapstoneConfig, run options)`` from a config file's mapping: the profile's defaults with the
-    file's fields on top (``rl`` merged key by key). An unknown key is a ValueError naming it."""
+    file's fields on top (``rl`` merged key by key). A ``task`` given without ``task_config`` starts
+    from an empty ``task_config`` (the profile's belongs to the profile's task). An unknown key is a
+    ValueError naming it; a value of the wrong type, a TypeError naming it."""
     from .grpo_lora import CapstoneConfig, capstone_config
 
     allowed = {f.name for f in fields(CapstoneConfig)}
@@ -69,10 +71,14 @@ def config_from_mapping(data: dict):
     run = {k: data[k] for k in RUN_KEYS if k in data}
     base = capstone_config(run.get("profile"))
     given = {k: v for k, v in data.items() if k in allowed}
+    if "task" in given and "task_config" not in given:
+        given["task_config"] = {}
+    if "rl" in given and not isinstance(given["rl"], dict):
+        raise TypeError(f"rl = {given['rl']!r} should be a table of RLConfig keywords")
     if "rl" in given:
         given["rl"] = {**base.rl, **given["rl"]}
     for key in ("ks", "lora_targets"):  # TOML and YAML give lists
-        if key in given:
+        if isinstance(given.get(key), list):
             given[key] = tuple(given[key])
     return capstone_config(run.get("profile"), **given), run
 
@@ -91,6 +97,12 @@ def train_from_config(path: str | Path, output_dir: str | None = None, resume: b
                          progress=progress and group.is_main)
 
 
+def one_line(err: BaseException) -> str:
+    """``err``'s message on one line (its lines joined), or its type's name when it has none."""
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlcourse", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,9 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--output-dir", help="checkpoints and metrics (overrides the file's output_dir)")
     train.add_argument("--resume", action="store_true", default=None, help="continue from the last checkpoint")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
+    train.add_argument("--traceback", action="store_true", help="show the full traceback of an error")
     args = parser.parse_args(argv)
-    result = train_from_config(args.config, output_dir=args.output_dir, resume=args.resume,
-                               progress=not args.no_progress)
+    try:
+        result = train_from_config(args.config, output_dir=args.output_dir, resume=args.resume,
+                                   progress=not args.no_progress)
+    except (ValueError, TypeError, FileNotFoundError) as err:  # bad input: one line, not a traceback
+        if args.traceback:
+            raise
+        print(f"{parser.prog}: error: {one_line(err)} (--traceback for details)", file=sys.stderr)
+        return 2
     if result.get("is_main", True):
         summary = {k: result[k] for k in ("before", "after") if result.get(k) is not None}
         print(json.dumps({k: {m: v for m, v in d.items() if m != "correct"} for k, d in summary.items()}))

@@ -46,6 +46,7 @@ class CapstoneConfig:
                            name / local folder for ``from_pretrained``
     task, task_config      a reasoning-gym dataset name and its configuration
     jsonl_path             a GSM8K-format JSONL file; when set it replaces the reasoning-gym task
+    jsonl_test_path        a second such file, the test split (without it one file is split by a hash)
     instruction            appended to each question in the user turn
     tiny_*                 the tiny model's sizes (hidden, MLP, layers, heads, key/value heads)
     pretrain_*             the lab's SFT of the tiny model on the task (0 steps: random weights)
@@ -62,6 +63,7 @@ class CapstoneConfig:
     task: str = "basic_arithmetic"
     task_config: dict = field(default_factory=dict)
     jsonl_path: str | None = None
+    jsonl_test_path: str | None = None
     instruction: str = ""
     tiny_hidden: int = 64
     tiny_intermediate: int = 128
@@ -85,6 +87,14 @@ class CapstoneConfig:
     gradient_checkpointing: bool = False
 
     def __post_init__(self):
+        from .validate import type_errors
+
+        wrong = type_errors(CapstoneConfig, vars(self)) + type_errors(RLConfig, self.rl, where="rl.")
+        wrong += [f"ks entry {k!r} should be int" for k in self.ks if isinstance(k, bool) or not isinstance(k, int)]
+        if wrong:
+            raise TypeError("capstone config: " + "; ".join(wrong))
+        if self.jsonl_test_path and not self.jsonl_path:
+            raise ValueError("jsonl_test_path needs jsonl_path (the training file) too")
         if any(not 1 <= k <= self.eval_samples for k in self.ks):
             raise ValueError(f"every k of pass@k must be in [1, eval_samples={self.eval_samples}], got {self.ks}")
         unknown = set(self.rl) - set(RLConfig.__dataclass_fields__)
@@ -123,7 +133,7 @@ def capstone_config(prof: Profile | str | None = None, **overrides) -> CapstoneC
             gradient_checkpointing=True,
             rl=dict(steps=200, prompts_per_step=16, num_generations=8, max_completion_length=384, learning_rate=5e-5,
                     beta=0.04, micro_batch_size=16, temperature=1.0, save_every=50, eval_every=0,
-                    train_pool_size=4000))
+                    train_pool_size=4000, old_logprobs="training"))
     return replace(cfg, **overrides)
 
 
@@ -134,7 +144,7 @@ def base_task(cfg: CapstoneConfig) -> Task:
     """The raw task (before the chat template): GSM8K-format JSONL if given, one of the book's own
     tasks (``BOOK_TASKS``, e.g. ``"addition"``), else a reasoning-gym generator."""
     if cfg.jsonl_path:
-        return JsonlMathTask(cfg.jsonl_path)
+        return JsonlMathTask(cfg.jsonl_path, test_path=cfg.jsonl_test_path)
     if cfg.task in BOOK_TASKS:
         if cfg.task_config:
             raise ValueError(f"the book's task {cfg.task!r} takes no task_config, got {cfg.task_config}")
@@ -244,8 +254,11 @@ def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | No
     Returns ``before`` and ``after`` (:func:`evaluate_pass_at_k`; ``None`` with ``eval_prompts=0``
     and on ranks other than 0), ``history`` (per-step metrics), ``info`` (model size, trainable
     parameters), ``seconds``, ``is_main`` and the ``trainer``."""
+    from .validate import check_before_loading
+
     cfg = cfg or capstone_config()
     start = time.perf_counter()
+    check_before_loading(cfg, processes=current_group().world_size)  # before any weights load
     model, tokenizer, task, info = prepare_base_model(cfg, progress=progress)
     rl = RLConfig(**{"seed": seed, "progress": progress, **cfg.rl,
                      **({"output_dir": str(output_dir)} if output_dir is not None else {})})

@@ -64,6 +64,14 @@ def save_tiny_qwen2(path: str | Path, model, tokenizer) -> Path:
     return path
 
 
+def cannot_load(name: str, err: OSError) -> ValueError:
+    """The error for a model that is neither a local folder nor downloadable (``err``: the loader's)."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    where = "offline (HF_HUB_OFFLINE=1) it is not in the Hugging Face cache" if offline else str(err)
+    return ValueError(f"cannot load model {name!r}: it is not a local folder and {where}; it needs a download "
+                      "(a network and HF_HUB_OFFLINE unset) or a local path to a saved model")
+
+
 def load_causal_lm(name_or_path: str | Path, dtype: torch.dtype | None = None, device: str | None = None,
                    gradient_checkpointing: bool = False):
     """``(model, tokenizer)`` from a hub name or a local folder, through ``AutoModelForCausalLM`` and
@@ -78,10 +86,7 @@ def load_causal_lm(name_or_path: str | Path, dtype: torch.dtype | None = None, d
         tokenizer = _load_tokenizer(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype or "auto")
     except OSError as err:
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        where = "offline (HF_HUB_OFFLINE=1) it is not in the Hugging Face cache" if offline else str(err)
-        raise ValueError(f"cannot load model {name!r}: it is not a local folder and {where}; it needs a download "
-                         "(a network and HF_HUB_OFFLINE unset) or a local path to a saved model") from err
+        raise cannot_load(name, err) from err
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -94,12 +99,18 @@ def load_causal_lm(name_or_path: str | Path, dtype: torch.dtype | None = None, d
     if device is not None:
         model = model.to(device)
     if gradient_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20's name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()  # LoRA: the frozen embeddings' output must carry a gradient
+        enable_checkpointing(model)
     return model.eval(), tokenizer
+
+
+def enable_checkpointing(model) -> None:
+    """Gradient (activation) checkpointing on a ``transformers`` model, non-reentrant, with the
+    embeddings' output requiring a gradient (LoRA's frozen embeddings would otherwise cut the graph)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
 
 
 # tokenizer classes that mean "the pipeline in tokenizer.json, as it is"

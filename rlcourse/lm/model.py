@@ -44,21 +44,107 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
 
 
-def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+LOGPROB_CHUNK_ELEMENTS = 2 ** 25
+"""The most float32 elements of one chunk of :func:`logprobs_from_logits`: ``2**25`` (128 MB), about
+220 positions of a 151,936-token vocabulary. Smaller logits are one chunk."""
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
+                         chunk_elements: int = LOGPROB_CHUNK_ELEMENTS) -> torch.Tensor:
     """Log-probabilities of ``labels`` under ``softmax(logits / temperature)``, in float32.
 
+    Logits of at most ``chunk_elements`` elements take one float32 log-softmax; larger ones are
+    done in chunks of positions (:func:`chunked_logprobs`), so the float32 copy and the
+    log-softmax of a real vocabulary never exist for the whole batch at once.
+
     ========== =========== ===============================================
-    logits     ``(B,T,V)`` scores; position t scores label t
+    logits     ``(B,T,V)`` scores; position t scores label t (any float dtype)
     labels     ``(B,T)``   token ids
     returns    ``(B,T)``   float32 log pi(label_t)
     ========== =========== ===============================================
     """
+    return _logprobs_and_entropy(logits, labels, temperature, False, chunk_elements)
+
+
+def _check_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> None:
     if temperature <= 0:
         raise ValueError(f"temperature must be positive to define log-probs, got {temperature}")
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match labels {tuple(labels.shape)}")
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+def logit_chunks(B: int, T: int, V: int, chunk_elements: int) -> list[tuple[slice, slice]]:
+    """``(rows, positions)`` slices that cover a ``(B,T,V)`` tensor, each of at most ``chunk_elements``
+    elements (at least one position): whole rows when a row fits, else runs of positions of one row.
+    Slicing a strided tensor by them gives views, never copies."""
+    if chunk_elements < 1:
+        raise ValueError(f"chunk_elements must be >= 1, got {chunk_elements}")
+    if T * V <= chunk_elements:
+        rows = chunk_elements // (T * V)
+        return [(slice(b, b + rows), slice(0, T)) for b in range(0, B, rows)]
+    width = max(1, chunk_elements // V)
+    return [(slice(b, b + 1), slice(t, t + width)) for b in range(B) for t in range(0, T, width)]
+
+
+class _ChunkedLogprobs(torch.autograd.Function):
+    """Log-probs (and entropies) of ``(B,T,V)`` logits, one chunk (:func:`logit_chunks`) at a time,
+    forward and backward: only the input logits and their gradient are ``(B,T,V)``; every float32
+    temporary is the size of a chunk. Gradient with respect to ``z = logits / temperature``:
+    ``onehot - p`` for the log-prob, ``-p (log p + H)`` for the entropy ``H``."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, temperature, chunk_elements, want_entropy):
+        ctx.set_materialize_grads(False)
+        B, T, V = logits.shape
+        chunks = logit_chunks(B, T, V, chunk_elements)
+        logp = logits.new_empty(B, T, dtype=torch.float32)
+        ent = logits.new_empty((B, T) if want_entropy else (0, 0), dtype=torch.float32)
+        for rows, cols in chunks:
+            logz = torch.log_softmax(logits[rows, cols].float() / temperature, dim=-1)
+            logp[rows, cols] = logz.gather(-1, labels[rows, cols, None]).squeeze(-1)
+            if want_entropy:
+                ent[rows, cols] = -(logz.exp() * logz).sum(-1)
+        ctx.save_for_backward(logits, labels, ent)
+        ctx.temperature, ctx.chunks = temperature, chunks
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, g_logp, g_ent):
+        logits, labels, ent = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for rows, cols in ctx.chunks:
+            logz = torch.log_softmax(logits[rows, cols].float() / ctx.temperature, dim=-1)
+            p = logz.exp()
+            gz = torch.zeros_like(p)
+            if g_logp is not None:
+                g = g_logp[rows, cols, None]
+                gz = gz - p * g
+                gz.scatter_add_(-1, labels[rows, cols, None], g)
+            if g_ent is not None:
+                gz = gz - p * (logz + ent[rows, cols, None]) * g_ent[rows, cols, None]
+            grad[rows, cols] = (gz / ctx.temperature).to(grad.dtype)
+        return grad, None, None, None, None
+
+
+def chunked_logprobs(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
+                     return_entropy: bool = False, chunk_elements: int = LOGPROB_CHUNK_ELEMENTS):
+    """:func:`logprobs_from_logits` (and the entropy) computed a chunk of at most ``chunk_elements``
+    logits at a time (:func:`logit_chunks`), in the forward and in the backward pass, with the same
+    values and gradients as one float32 log-softmax over the whole tensor. Beyond the logits and
+    their gradient, the peak memory is a few float32 chunks, whatever the batch.
+
+    ============== =========== ===================================================
+    logits         ``(B,T,V)`` scores (any float dtype; the gradient has that dtype)
+    labels         ``(B,T)``   token ids
+    returns        ``(B,T)``   float32 log pi(label_t)
+    (entropy)      ``(B,T)``   float32 entropy of the tempered distribution
+    ============== =========== ===================================================
+    """
+    _check_logits(logits, labels, temperature)
+    if logits.ndim != 3:
+        raise ValueError(f"logits must be (B,T,V), got shape {tuple(logits.shape)}")
+    logp, ent = _ChunkedLogprobs.apply(logits, labels, float(temperature), int(chunk_elements), return_entropy)
+    return (logp, ent) if return_entropy else logp
 
 
 def response_logprobs(
@@ -68,8 +154,10 @@ def response_logprobs(
     response_len: int,
     temperature: float = 1.0,
     return_entropy: bool = False,
+    micro_batch_size: int | None = None,
 ):
-    """Training-time recomputation of the response tokens' log-probs (one forward pass).
+    """Training-time recomputation of the response tokens' log-probs (one forward pass, or one per
+    ``micro_batch_size`` rows, so that the logits of at most that many rows exist at once).
 
     ``input_ids`` is ``[prompt (left-padded) | response (right-padded)]``. The logit at position
     ``t`` predicts token ``t+1``, so the response's scores are the logits at ``[-T-1 : -1]``.
@@ -87,19 +175,29 @@ def response_logprobs(
     T = int(response_len)
     if not 0 < T < input_ids.shape[1]:
         raise ValueError(f"response_len must be in [1, {input_ids.shape[1] - 1}], got {response_len}")
+    if micro_batch_size is not None and micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+    if micro_batch_size is not None and micro_batch_size < input_ids.shape[0]:
+        parts = [response_logprobs(model, input_ids[s:s + micro_batch_size], attention_mask[s:s + micro_batch_size],
+                                   T, temperature, return_entropy) for s in range(0, input_ids.shape[0], micro_batch_size)]
+        return tuple(torch.cat(x) for x in zip(*parts)) if return_entropy else torch.cat(parts)
     out = model(input_ids=input_ids, attention_mask=attention_mask,
                 position_ids=position_ids_from_mask(attention_mask), use_cache=False, logits_to_keep=T + 1)
     logits = out.logits[:, :-1, :]  # (B, T, V): scores for the T response tokens
     return _logprobs_and_entropy(logits, input_ids[:, -T:], temperature, return_entropy)
 
 
-def _logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float, return_entropy: bool):
+def _logprobs_and_entropy(logits: torch.Tensor, labels: torch.Tensor, temperature: float, return_entropy: bool,
+                          chunk_elements: int = LOGPROB_CHUNK_ELEMENTS):
     """:func:`logprobs_from_logits`, and with ``return_entropy`` also the ``(B,T)`` entropy of the
-    tempered next-token distribution."""
-    logp = logprobs_from_logits(logits, labels, temperature)
+    tempered next-token distribution; in chunks (:func:`chunked_logprobs`) beyond ``chunk_elements``."""
+    _check_logits(logits, labels, temperature)
+    if logits.numel() > chunk_elements and logits.ndim == 3:
+        return chunked_logprobs(logits, labels, temperature, return_entropy, chunk_elements)
+    logz = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logz.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
     if not return_entropy:
         return logp
-    logz = torch.log_softmax(logits.float() / temperature, dim=-1)
     return logp, -(logz.exp() * logz).sum(-1)
 
 

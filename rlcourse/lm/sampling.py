@@ -267,6 +267,20 @@ def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_token
     return first.repeat_interleave(G, 0), advance_lean
 
 
+def device_generator(generator: torch.Generator | None, device: torch.device | str) -> torch.Generator | None:
+    """The generator to draw tokens with on ``device``: ``generator`` itself when it lives there
+    (on the CPU, draws are unchanged), else a new generator on ``device`` seeded from one draw of
+    ``generator``. The probabilities then never leave the device, and since the seed comes from the
+    CPU generator, whose state a checkpoint keeps, a resumed run draws the same tokens."""
+    if generator is None:
+        return None
+    device = torch.device(device)
+    if generator.device.type == device.type:
+        return generator
+    seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row from ``probs`` ``(B,V)`` by inverting the CDF at a uniform draw (the same
     distribution as ``torch.multinomial``, an order of magnitude cheaper for one draw per row)."""
@@ -340,6 +354,7 @@ def sample(
     greedy = temperature == 0
     temp = 1.0 if greedy else float(temperature)
 
+    draws = device_generator(generator, device)  # tokens are drawn where the logits are
     was_training = model.training
     if was_training:  # (toggling walks every submodule: skip it when the model is already in eval mode)
         model.eval()
@@ -358,12 +373,12 @@ def sample(
                 raise ValueError(f"proposal must return non-negative probabilities of shape {tuple(logits.shape)} "
                                  f"with a positive total per row, got shape {tuple(q.shape)}")
             q = q / q.sum(-1, keepdim=True)
-            tok = _draw(q.cpu() if generator is not None else q, generator).to(device)
+            tok = _draw(q, draws)
             q_tok = q.gather(-1, torch.where(done, torch.zeros_like(tok), tok)[:, None]).squeeze(-1)
             behaviour.append(torch.where(done, torch.zeros_like(q_tok), q_tok.clamp_min(1e-30).log()))
         else:
             probs = p_all if top_k == 0 and top_p == 1.0 else torch.softmax(filter_logits(logits, top_k, top_p), dim=-1)
-            tok = _draw(probs.cpu() if generator is not None else probs, generator).to(device)
+            tok = _draw(probs, draws)
         tok = torch.where(done, torch.full_like(tok, pad), tok)
         tokens.append(tok)
         logps.append(torch.where(done, torch.zeros_like(logits[:, 0]), logp_all.gather(-1, tok[:, None]).squeeze(-1)))
