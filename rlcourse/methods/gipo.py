@@ -114,8 +114,8 @@ def sapo_effective_weight(rho: np.ndarray | float, advantage_sign: np.ndarray | 
     if tau_pos <= 0 or tau_neg <= 0:
         raise ValueError(f"tau_pos and tau_neg must be > 0, got {tau_pos}, {tau_neg}")
     tau = np.where(sign > 0, tau_pos, tau_neg)
-    s = 1.0 / (1.0 + np.exp(-tau * (rho - 1.0)))
-    return 4.0 * rho * s * (1.0 - s)
+    x = tau * (rho - 1.0)
+    return 4.0 * rho / ((1.0 + np.exp(-x)) * (1.0 + np.exp(x)))  # s (1 - s) without cancelling 1 - s
 
 
 @register_policy_loss("sapo")
@@ -149,7 +149,7 @@ def compute_sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
     gate = torch.sigmoid(tau * (ratio - 1.0))
     loss = agg_loss(-adv * gate * (4.0 / tau), response_mask, loss_agg_mode, **agg_kwargs)
     with torch.no_grad():
-        f = 4.0 * ratio * gate * (1.0 - gate)
+        f = 4.0 * ratio * gate * torch.sigmoid(-tau * (ratio - 1.0))
         metrics = {
             "pg_clipfrac": float(masked_mean((f < 0.01).float(), response_mask)),
             "ppo_kl": float(masked_mean(-log_ratio, response_mask)),
