@@ -9,8 +9,12 @@ this testbed (a turn's ratio averages four independent token log-ratios), must h
 
 An earlier version of this experiment (5 seeds, stalenesses 0, 4, 8, percentile-bootstrap verdicts)
 recorded SO-GRPO 0.999 against token-level GRPO 0.878 at L = 8 as "prevents collapse: holds", though
-no arm collapsed. The claims are now re-framed (see the chapter); a book run of this code on
-2026-12-05 is recorded in the commit that introduced this docstring.
+no arm collapsed. With the claims re-framed (see the chapter), a book run of this code on 2026-12-05
+(t-intervals, 5 seeds) gave: control-staleness holds (0.998 fresh against 0.874 at L = 8, [0.062,
+0.186]); control-collapse does not hold (token GRPO's relative drawdown 0.052, margin 0.5), so
+prevents-collapse is uninformative; less-lost-to-clip holds (0.999 against 0.874, [0.064, 0.188]);
+turn-ratio-alone holds (Turn-GRPO 0.999, [0.064, 0.188]); normaliser-adds inconclusive (-0.000,
+[-0.000, 0.000]); lower-clip holds (0.210 against 0.375); lower-grad holds; on-policy-match holds.
 """
 import pytest
 
