@@ -129,13 +129,9 @@ def compute_sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
     ``[1e-6, 1e6]`` as in that code.
 
     ============== ========= ===============================================
-    old_log_prob   ``(B,T)`` behaviour log-probs (no gradient)
-    log_prob       ``(B,T)`` current log-probs (gradient)
-    advantages     ``(B,T)`` per-token advantages
-    response_mask  ``(B,T)`` 1 on tokens that count
-    returns                  ``(loss, metrics)``: scalar and a dict of floats: ``pg_clipfrac`` (share of
-                             tokens whose effective weight is below 1% of the on-policy weight),
-                             ``ppo_kl``, ``ratio_mean``
+    the four       ``(B,T)`` log-probs, advantages and mask, as in :func:`compute_gipo_loss`
+    returns                  ``(loss, metrics)``: ``pg_clipfrac`` (share of tokens whose effective
+                             weight is below 1% of the on-policy weight), ``ppo_kl``, ``ratio_mean``
     ============== ========= ===============================================
     """
     check_same_shape(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,
