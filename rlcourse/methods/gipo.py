@@ -313,21 +313,22 @@ def train_stale_bandit(loss: str, staleness: int, cfg: BanditConfig, seed: int, 
 
 
 def run_frontier_experiment(P: Profile, instances: int | None = None) -> dict:
-    """Exact bias-variance frontiers on random bandit instances; the share of PPO's points that a
-    GIPO point dominates, per instance."""
+    """Exact bias-variance frontiers on random bandit instances; per instance, the share of PPO's points
+    that a GIPO point dominates (``shares``) and of GIPO's points that a PPO point dominates (``reverse``)."""
     rng = np.random.default_rng(0)
     sigmas = np.geomspace(0.05, 5.0, 60)
     epsilons = np.array([0.05, 0.1, 0.2, 0.3, 0.5])
     n = instances or P.pick(smoke=20, book=200)
     start = time.perf_counter()
-    shares, example = [], None
+    shares, reverse, example = [], [], None
     for i in range(n):
         pts = frontier(*random_instance(rng), sigmas, epsilons)
         shares.append(dominated_share(pts))
+        reverse.append(dominated_share({"gipo": pts["ppo"], "ppo": pts["gipo"]}))  # GIPO's points PPO dominates
         if i == 0:
             example = pts
-    return {"sigmas": sigmas, "epsilons": epsilons, "shares": np.array(shares), "example": example,
-            "seconds": time.perf_counter() - start}
+    return {"sigmas": sigmas, "epsilons": epsilons, "shares": np.array(shares), "reverse": np.array(reverse),
+            "example": example, "seconds": time.perf_counter() - start}
 
 
 # ---------------------------------------------------------------------- the frontier claim
