@@ -20,7 +20,11 @@ learning rate 96: PIPO 0.717 against GRPO 0.643 (inconclusive); the tiny LM (3 s
 0.443 against GRPO 0.490, "does not hold", with every arm below the base model's 0.547. Two claims were
 added since: PIPO against GRPO at twice the learning rate (an equal step), and the control that GRPO
 learns at all in the LM run, on which the LM claim now rests (so that run reads "uninformative" when
-training does not improve on the base model); the test asserts that gating.
+training does not improve on the base model); the test asserts that gating. A book run of the bandit
+with this code on 2026-12-05 (t-intervals): lr 2, PIPO against GRPO holds (0.064, [0.023, 0.104]);
+against GRPO at twice the rate does not hold (-0.038, [-0.057, -0.019]); lr 96 inconclusive (0.074,
+[-0.077, 0.226]); the oracle control holds (0.126, [0.078, 0.173]); every drawdown claim inconclusive.
+The LM verdicts were not re-run in the book profile.
 """
 import numpy as np
 import pytest
