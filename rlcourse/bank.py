@@ -33,6 +33,7 @@ import torch
 
 from .lm.model import response_logprobs
 from .lm.sampling import RolloutBatch, cat_batches, sample
+from .snapshots import detached_copy
 
 BANK_KEY = "checkpoint_bank"
 CHOICES = ("oldest", "latest", "random")
@@ -62,7 +63,7 @@ def take_snapshot(bank: dict, model: torch.nn.Module, version: int) -> bool:
         return False
     if bank["versions"] and version < bank["versions"][-1]:
         raise ValueError(f"version {version} is older than the newest snapshot held ({bank['versions'][-1]})")
-    bank["weights"][version] = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    bank["weights"][version] = detached_copy(model)
     bank["versions"].append(version)
     while len(bank["versions"]) > bank["max_snapshots"]:
         del bank["weights"][bank["versions"].pop(0)]

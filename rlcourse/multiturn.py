@@ -23,6 +23,9 @@ For the training loop, the module registers the task ``"frozenlake"`` (examples 
 ``meta["map_seed"]``; the verifier replays a transcript in the environment) and the sampler
 ``"multiturn"`` (``G`` episodes per prompt, environment replies in ``attention`` but not in
 ``response_mask``, ``extras["turn_index"]``, and optionally a behaviour policy ``lag`` steps old).
+:func:`play_episodes` takes any environment with the text ``reset``/``step`` interface of
+:class:`~rlcourse.envs.frozenlake.TextFrozenLake`, but the registered sampler plays only the text
+FrozenLake: another environment needs its own (small) sampler around :func:`play_episodes`.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import torch
 from .envs.frozenlake import TextFrozenLake
 from .lm.sampling import RolloutBatch, encode_prompts, sample
 from .rollout import register_sampler
+from .snapshots import push_lagged
 from .tasks import Example, Score, Task, register_task
 
 
@@ -238,7 +242,8 @@ _SCRATCH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> 
 
 def lagged_policy(model, state: dict, lag: int):
     """The policy ``lag`` calls ago (the current one for ``lag = 0``). The weights of the last
-    ``lag + 1`` calls are kept in ``state["multiturn"]["weights"]`` (CPU tensors, so a checkpoint holds
+    ``lag + 1`` calls are kept in ``state["multiturn"]["weights"]`` (by :func:`~rlcourse.snapshots.push_lagged`;
+    CPU tensors, so a checkpoint holds
     them and a resumed run samples with the same behaviour policy); the oldest is loaded into a
     scratch copy of ``model``. Before ``lag`` calls have been made, the oldest kept weights serve."""
     if lag < 0:
@@ -247,13 +252,11 @@ def lagged_policy(model, state: dict, lag: int):
     if lag == 0:
         memo.pop("weights", None)
         return model
-    kept = memo.setdefault("weights", [])
-    kept.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
-    del kept[:-(lag + 1)]
+    oldest = push_lagged(memo.setdefault("weights", []), model, lag)
     scratch = _SCRATCH.get(model)
     if scratch is None:
         scratch = _SCRATCH[model] = copy.deepcopy(model).eval().requires_grad_(False)
-    scratch.load_state_dict(kept[0])
+    scratch.load_state_dict(oldest)
     return scratch
 
 

@@ -1,24 +1,27 @@
 """The GIPO chapter's claims, in the book profile (slow: `pytest -m claims`).
 
-The same experiment functions, with the same arguments, as book/gipo.md: the exact bias-variance
-frontiers (`run_frontier_experiment`), the learning-rate control (`run_learning_rate_sweep`) and the
-staleness experiment (`run_staleness_experiment`), all at the profile's defaults, decided by the
-chapter's claim objects (`frontier_verdict`, `staleness_verdicts`). A book-profile run of the
-experiments made while writing this test computed "holds" for all five claims, each in the paper's
-direction (e.g. GIPO 0.894 against PPO-clip 0.425 at L = 32, interval [0.465, 0.472] for the
-difference; GIPO 0.898 against 0.888 at L = 0, interval [0.003, 0.020]; frontier share 0.84 against
-0.5, interval [0.30, 0.38] for the difference), so each is asserted to hold; this file then passed in
-the book profile (116 s on one thread). The chapter's text also reads the middle panel as PPO's clip discarding a growing share of
-each batch as the data get staler (a glued sentence, chosen from the same numbers), and uses the
-staleness control; both are asserted too.
+The same study functions, with the same arguments, as book/gipo.md: the exact bias-variance frontiers
+(`run_frontier_experiment`), the learning-rate rule on the tuning seeds 100-104
+(`learning_rate_sweep`, `choose_learning_rate`) and the staleness study in the authors' protocol and
+the aggressive ablation (`rlcourse.studies.gipo`). What is asserted follows from the claims and the
+set-up, not from a recorded run: the positive control (stale data hurt the hard clip) must hold, or
+the other verdicts would be uninformative; the clip's zero-gradient share, a mechanism check true by
+construction, must exceed GIPO's; in the authors' protocol the four methods coincide on fresh data,
+so the learning-rate rule cannot favour one. The verdicts of the paper's claims are asserted to be
+consistent with their numbers (decided by the t-interval), not to take a given value.
+
+A book-profile run (5 seeds) made with this code on 2026-12-05: the rule chose lr 32; control holds
+(PPO-clip 0.896 fresh against 0.416 at L = 32); GIPO against PPO-clip holds at L = 2 (a difference of
+0.001, interval [0.001, 0.001]) and at L = 32 (0.453, [0.441, 0.464]); GIPO against SAPO does not hold
+at L = 32 (-0.011, [-0.012, -0.010]); GIPO against no clip does not hold (-0.023, [-0.026, -0.020]).
 """
 import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.claims import paired_bootstrap
-from rlcourse.methods.gipo import (METHODS, BanditConfig, frontier_verdict, run_frontier_experiment,
-                                   run_learning_rate_sweep, run_staleness_experiment, staleness_verdicts)
+from rlcourse.methods.gipo import frontier_verdict, run_frontier_experiment
+from rlcourse.studies import gipo as study
+from rlcourse.studies.runner import run_study
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +30,14 @@ def P():
 
 
 @pytest.fixture(scope="module")
-def staleness(P):
-    out = run_staleness_experiment(P)
-    return out, staleness_verdicts(out)
+def sweep(P):
+    return study.learning_rate_sweep(P)
+
+
+@pytest.fixture(scope="module")
+def authors(P, sweep):
+    res = run_study(study.staleness_study(P, "authors", lr=study.choose_learning_rate(sweep)))
+    return res, res.verdicts()
 
 
 @pytest.mark.claims
@@ -38,38 +46,37 @@ def test_gipo_frontier_dominates_most_of_ppos_points(P):
     shares = front["shares"]
     assert len(shares) == P.pick(smoke=20, book=200) and ((0 <= shares) & (shares <= 1)).all()
     v = frontier_verdict(front)
-    # the claim: more than half of PPO's (bias, variance) points are dominated by a GIPO point
     assert v.seeds == len(shares) and v.method_mean == pytest.approx(shares.mean())
     assert v.verdict == "holds", v.sentence()
 
 
 @pytest.mark.claims
-def test_gipo_staleness_claims_hold(P, staleness):
-    out, v = staleness
-    assert out["seeds"] == P.toy_seeds and out["stalenesses"] == P.pick(smoke=(0, 8), book=(0, 2, 8, 32))
-    # GIPO above PPO-clip at both ends of the staleness range, above the unclipped surrogate on the
-    # stalest data, and PPO zeroes a larger share of the gradient than GIPO there
-    for name in ("near-on-policy", "stale", "no-clip-unstable", "ppo-zero-gradients"):
-        assert v[name].seeds == P.toy_seeds, v[name].sentence()
-        assert v[name].verdict == "holds", v[name].sentence()
+def test_learning_rate_rule_is_method_neutral(P, sweep):
+    assert set(sweep["seeds"]).isdisjoint(range(P.toy_seeds))
+    for lr in sweep["lrs"]:
+        fresh = {sweep["final"][(lr, m, 0)] for m in study.METHODS}
+        assert len(fresh) == 1, (lr, fresh)
+    assert study.choose_learning_rate(sweep) in sweep["lrs"]
 
 
 @pytest.mark.claims
-def test_gipo_controls_staleness_hurts_ppo_and_its_clip_discards_more(P, staleness):
-    """The controls the chapter leans on: staleness hurts PPO-clip at the main run's learning rate
-    (else the testbed could not separate the methods), and PPO's zero-gradient share grows with the
-    staleness (the chapter's reading of the middle panel)."""
-    out, _ = staleness
-    Ls = out["stalenesses"]
-    lo, hi = min(Ls), max(Ls)
-    f, z = out["final"], out["zero_grad"]
-    drop_low, _ = paired_bootstrap(f[("PPO-clip", lo)] - f[("PPO-clip", hi)])
-    assert drop_low > 0, (f[("PPO-clip", lo)], f[("PPO-clip", hi)])
-    ppo_zero = [float(z[("PPO-clip", L)].mean()) for L in Ls]
-    assert all(a < b for a, b in zip(ppo_zero, ppo_zero[1:])), ppo_zero
-    # the learning-rate sweep the chapter chose 8 from: at that rate staleness lowers PPO-clip's reward
-    sweep = run_learning_rate_sweep(P)
-    lr, L = BanditConfig().lr, sweep["staleness"]
-    assert lr in sweep["lrs"] and set(m for _, m, _ in sweep["final"]) == set(METHODS)
-    assert sweep["final"][(lr, "PPO-clip", L)] < sweep["final"][(lr, "PPO-clip", 0)], sweep["final"]
-    assert np.isfinite(list(sweep["final"].values())).all()
+def test_gipo_control_holds_and_verdicts_follow_their_intervals(P, authors):
+    res, v = authors
+    assert v["staleness-hurts"].verdict == "holds", v["staleness-hurts"].sentence()
+    assert v["ppo-zero-gradients"].verdict == "holds", v["ppo-zero-gradients"].sentence()
+    for name, verdict in v.items():
+        assert verdict.seeds == P.toy_seeds
+        if name not in ("staleness-hurts", "ppo-zero-gradients"):
+            assert verdict.control_verdict == "holds"
+        expected = ("holds" if verdict.low > 0 else "does not hold" if verdict.high <= 0 else "inconclusive")
+        assert verdict.verdict == expected, verdict.sentence()
+    out = study.summarise(res)
+    assert all(np.isfinite(x).all() for x in out["final"].values())
+
+
+@pytest.mark.claims
+def test_aggressive_ablation_control_holds(P):
+    res = run_study(study.staleness_study(P, "aggressive", stalenesses=(0, 32)))
+    v = res.verdicts()
+    assert v["staleness-hurts"].verdict == "holds", v["staleness-hurts"].sentence()
+    assert all(x.seeds == P.toy_seeds for x in v.values())

@@ -5,23 +5,23 @@ computation on the tabular three-token model (`bias_experiment`, `bias_verdict`)
 experiment on two-digit addition (`run_soup_experiment`, `soup_verdicts`: GRPO, sequence-level mixing
 and Thinking Seeds over 3 paired seeds).
 
-The chapter's book-profile run (162 s for the whole chapter, the experiment 145 s, under a load of about
-5 on the 2 cores) gave: the control holds (GRPO pass@1 0.415 against the base model's 0.331, interval
-[0.068, 0.098]); less clipping than sequence mixing holds (0.025 against 0.028, interval [-0.006,
--0.002]); the other four claims were inconclusive: pass@1 against GRPO 0.446 vs 0.415 (interval
-[-0.007, 0.072]), against sequence mixing 0.446 vs 0.429 ([-0.008, 0.042]), effective entropy (the
-trained policy's own held-out samples) 0.360 vs 0.354 ([-0.000, 0.009]), pass@16 0.948 vs 0.948
-([-0.047, 0.031]). The tabular bias claim held (0.267 against 0.389 at lag 15 over 20 instances,
-interval [-0.182, -0.077]).
+An earlier version of this experiment (3 seeds, percentile-bootstrap verdicts; 145 s) gave: the control
+holds (GRPO pass@1 0.415 against the base model's 0.331); less clipping than sequence mixing holds (0.025
+against 0.028); pass@1 against GRPO 0.446 vs 0.415, against sequence mixing 0.446 vs 0.429, effective
+entropy 0.360 vs 0.354 and pass@16 0.948 vs 0.948 inconclusive; the tabular bias claim held (0.267
+against 0.389 at lag 15 over 20 instances).
 
-So the test asserts what follows from the claims and the controls, not the last run's numbers: the
-bias computation obeys its proposition (zero on-policy and with the prefix product, under the bound)
-and the one-token prefix is less biased than the whole sequence (a consequence of the proposition's
-bound growing with the prefix, decided over 20 instances); the positive control holds (the protocol
-can see a training effect); Thinking Seeds clips fewer tokens than sequence mixing (its prefixes are
-shorter, so fewer tokens carry off-policy ratios); and no claim of the paper is *refuted* at toy scale
-(a "does not hold" would change what the chapter says). This file passed in the book profile (193 s,
-under load).
+What is asserted follows from the claims and the derivation, not from that run:
+- the bias computation obeys its proposition (zero on-policy and with the prefix product, under the
+  bound), and the one-token prefix is less biased than the whole sequence over 20 instances;
+- the positive control holds (the protocol can see a training effect), and the four performance claims
+  rest on it: each is "uninformative" exactly when the control did not hold;
+- Thinking Seeds clips fewer tokens than sequence mixing, since its prefixes are shorter (fewer tokens
+  carry off-policy ratios): a count, not a performance claim;
+- every verdict is the one its t-interval gives.
+The directions of the four performance effects are not asserted: at 3 seeds the t quantile is 4.3, and
+nothing in the claims fixes what a run of this size must show; a "does not hold" would be reported by
+the chapter's glued sentences as it is.
 """
 import numpy as np
 import pytest
@@ -52,7 +52,10 @@ def test_language_model_claims(P):
     assert v["control"].holds, v["control"].sentence()
     assert v["clipping"].holds, v["clipping"].sentence()
     for name in ("vs-grpo", "vs-sequence", "entropy", "pass-at-k"):
-        assert v[name].verdict != "does not hold", v[name].sentence()
+        x = v[name]
+        assert x.claim.control == v["control"].claim.key and x.control_verdict == "holds", x.sentence()
+        expected = "holds" if x.low > 0 else "does not hold" if x.high <= 0 else "inconclusive"
+        assert x.verdict == expected, x.sentence()
     # GRPO's tokens are all on-policy with one pass per batch: its clip fraction is exactly zero
     assert np.all(res["clipfrac"]["GRPO"] == 0.0)
     assert (res["bank_share"]["Thinking Seeds"].mean() < res["bank_share"]["sequence mixing"].mean())

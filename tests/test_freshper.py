@@ -10,8 +10,10 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
 import rlcourse
 from rlcourse.envs.frozenlake import make_map
 from rlcourse.methods import freshper
-from rlcourse.methods.freshper import (ARMS, LakeConfig, lake_tables, lake_verdicts, rollout, run_lake_experiment,
-                                       success_probability, train_lake)
+from rlcourse.methods.freshper import (ARMS, WEIGHTED_BETA, LakeConfig, lake_tables, lake_verdicts, lazy_per_add,
+                                       lazy_per_sampled, rollout, run_lake_experiment, success_probability,
+                                       train_lake)
+from rlcourse.replay import ReplayBuffer
 
 
 def test_tables_are_gymnasiums_dynamics():
@@ -89,8 +91,14 @@ def test_experiment_and_verdicts_in_smoke():
     P = rlcourse.profile("smoke")
     out = run_lake_experiment(P, cfg=LakeConfig(steps=10))
     v = lake_verdicts(out)
-    assert set(v) == {"beats-on-policy", "per-degrades", "decay-beats-per", "decay-cuts-staleness"}
-    assert all(x.seeds == 1 and x.verdict == "inconclusive" for x in v.values())
+    assert set(v) == {"replay-can-help", "beats-on-policy", "per-degrades", "decay-beats-per", "decay-cuts-staleness"}
+    assert all(x.seeds == 1 for x in v.values())
+    # one seed is inconclusive; the headline rests on the control, so it is uninformative
+    assert v["replay-can-help"].verdict == "inconclusive" and v["replay-can-help"].claim.role == "positive control"
+    assert v["beats-on-policy"].verdict == "uninformative" and v["beats-on-policy"].control_verdict == "inconclusive"
+    assert all(v[k].verdict == "inconclusive" for k in ("per-degrades", "decay-beats-per", "decay-cuts-staleness"))
+    with pytest.raises(ValueError, match="replay-can-help"):
+        lake_verdicts(out, names=("beats-on-policy",))
     assert v["per-degrades"].claim.kind == "less" and v["decay-cuts-staleness"].claim.key == "freshper/lake-decay-cuts-staleness"
     sw = run_lake_experiment(P, arms={k: ARMS[k] for k in ("on-policy", "PER", "FreshPER")},
                              cfg=LakeConfig(steps=10, switch_at=6))
@@ -100,3 +108,30 @@ def test_experiment_and_verdicts_in_smoke():
     assert sw["post"]["PER"].shape == (1,)
     sweep = freshper.run_tau_sweep(P, taus=(5.0,), cfg=LakeConfig(steps=5))
     assert list(sweep["auc"]) == ["tau=5"]
+
+
+def test_lazy_per_keeps_max_priority_until_sampled():
+    """The authors' standard PER: a new item enters at the running maximum priority, whatever its own;
+    once drawn, its leaf is its own (|R| + eps)^alpha, and the maximum follows the drawn bases."""
+    buf = ReplayBuffer(8, alpha=0.6, tau=None)
+    eps = 1e-6
+    slots = [lazy_per_add(buf, f"item{i}", r + eps, 1, 1.0) for i, r in enumerate([0.0, 1.0, 0.0])]
+    assert np.allclose(buf.tree.leaves[slots], 1.0)  # a failure nobody drew keeps the top priority
+    m = lazy_per_sampled(buf, [slots[0], slots[0], slots[1]], 1.0)
+    assert buf.tree.leaves[slots[0]] == pytest.approx(eps ** 0.6)
+    assert buf.tree.leaves[slots[1]] == pytest.approx((1 + eps) ** 0.6)
+    assert buf.tree.leaves[slots[2]] == pytest.approx(1.0) and m == pytest.approx(1 + eps)
+    assert buf.tree.total == pytest.approx(eps ** 0.6 + (1 + eps) ** 0.6 + 1.0)
+
+
+def test_lake_arms_protocols():
+    """No importance weights by default (the authors' buffer); the weighted ablation weighs its draws;
+    PER's lazy priorities cannot be combined with a decay."""
+    cfg = LakeConfig(steps=8, episodes=8, replay=8)
+    assert cfg.beta is None and WEIGHTED_BETA == (0.4, 1.0)
+    plain = train_lake(ARMS["PER"], cfg, 0)
+    assert np.allclose(plain["replay_weight"], 1.0)
+    weighted = train_lake(ARMS["PER (refreshed)"], replace(cfg, beta=WEIGHTED_BETA), 0)
+    assert ((weighted["replay_weight"] > 0) & (weighted["replay_weight"] <= 1.0)).all()
+    with pytest.raises(ValueError, match="refresh"):
+        train_lake(("reward", 25.0, None, False), cfg, 0)

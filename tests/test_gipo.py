@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from rlcourse.losses import POLICY_LOSSES, compute_pg_loss
-from rlcourse.methods.gipo import compute_gipo_loss, dominated_share, effective_weight, frontier, \
-    gaussian_trust_weight, is_gradient_moments, ppo_effective_weight, random_instance, train_stale_bandit, \
-    BanditConfig
+from rlcourse.methods.gipo import AUTHORS, compute_gipo_loss, compute_sapo_loss, dominated_share, \
+    effective_weight, frontier, gaussian_trust_weight, is_gradient_moments, ppo_effective_weight, random_instance, \
+    sapo_effective_weight, train_stale_bandit, BanditConfig
 
 
 @pytest.mark.parametrize("sigma", [0.3, 0.7, 1.0, 1.5])
@@ -105,6 +105,52 @@ def test_ppo_weight_and_dominance_share():
 
 
 def test_stale_bandit_runs_and_learns_on_policy():
-    cfg = BanditConfig(contexts=4, actions=4, steps=40, epochs=2, lr=2.0)
+    cfg = BanditConfig(contexts=4, actions=4, steps=40, epochs=2, lr=2.0, actor_every=1, kl_coef=0.0,
+                       reuse_scale=False)
     out = train_stale_bandit("gipo", 0, cfg, seed=0, sigma=1.0, sigma_neg=0.5)
     assert out["reward"].shape == (40,) and out["reward"][-5:].mean() > out["reward"][0] + 0.2
+
+
+def test_sapo_gradient_is_its_effective_weight_and_pg_on_policy():
+    torch.manual_seed(0)
+    old = torch.randn(3, 5, dtype=torch.float64)
+    logp = (old + 0.8 * torch.randn(3, 5, dtype=torch.float64)).requires_grad_(True)
+    adv = torch.randn(3, 5, dtype=torch.float64)
+    mask = torch.ones_like(adv)
+    loss, m = compute_sapo_loss(old, logp, adv, mask, loss_agg_mode="token-mean")
+    (g,) = torch.autograd.grad(loss, logp)
+    rho = torch.exp(logp.detach() - old).numpy()
+    f = sapo_effective_weight(rho, np.sign(adv.numpy()), 1.0, 2.0)
+    # d/d logp of -(4/tau) sigmoid(tau (rho - 1)) A / N is -f(rho) A / N
+    np.testing.assert_allclose(g.numpy(), -f * adv.numpy() / adv.numel(), rtol=1e-10, atol=1e-12)
+    assert 0.0 <= m["pg_clipfrac"] <= 1.0
+    # on-policy the gate's slope is 1: the gradient is the policy gradient, for either sign of A
+    lp = old.clone().requires_grad_(True)
+    (g1,) = torch.autograd.grad(compute_sapo_loss(old, lp, adv, mask)[0], lp)
+    lp2 = old.clone().requires_grad_(True)
+    (g2,) = torch.autograd.grad(compute_pg_loss(old, lp2, adv, mask)[0], lp2)
+    torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-15)
+    assert sapo_effective_weight(1.0, 1.0) == pytest.approx(1.0) and sapo_effective_weight(1.0, -1.0) == 1.0
+    assert (sapo_effective_weight(np.exp(np.linspace(-5, 5, 101)), 1.0) > 0).all()
+    with pytest.raises(ValueError, match="tau"):
+        compute_sapo_loss(old, lp, adv, mask, tau_neg=0.0)
+    assert "sapo" in POLICY_LOSSES
+
+
+def test_authors_protocol_one_policy_step_per_batch_and_equal_on_fresh_data():
+    """In the authors' protocol the one policy step of a batch is taken at ratio 1, so on fresh data the
+    hard clip, GIPO, SAPO and the unclipped surrogate give the same run; on stale data they differ."""
+    assert (AUTHORS.epochs, AUTHORS.actor_every, AUTHORS.kl_coef, AUTHORS.reuse_scale) == (10, 10, 0.1, True)
+    cfg = BanditConfig(contexts=4, actions=6, steps=15, lr=8.0)
+    runs = {name: train_stale_bandit(loss, 0, cfg, seed=3, **kw) for name, (loss, kw) in
+            {"pg": ("pg", {}), "ppo": ("vanilla", {}), "gipo": ("gipo", {}), "sapo": ("sapo", {})}.items()}
+    for name in ("ppo", "gipo", "sapo"):
+        np.testing.assert_allclose(runs[name]["reward"], runs["pg"]["reward"], rtol=1e-6)
+    stale = {name: train_stale_bandit(loss, 4, cfg, seed=3) for name, loss in (("pg", "pg"), ("ppo", "vanilla"))}
+    assert not np.allclose(stale["pg"]["reward"], stale["ppo"]["reward"])
+    # the KL term has zero gradient on fresh data (behaviour = current) and changes a stale run
+    no_kl = BanditConfig(contexts=4, actions=6, steps=15, lr=8.0, kl_coef=0.0)
+    np.testing.assert_allclose(train_stale_bandit("pg", 0, no_kl, seed=3)["reward"], runs["pg"]["reward"], rtol=1e-6)
+    assert not np.allclose(train_stale_bandit("pg", 4, no_kl, seed=3)["reward"], stale["pg"]["reward"])
+    with pytest.raises(ValueError, match="actor_every"):
+        BanditConfig(actor_every=0)

@@ -240,8 +240,17 @@ def test_staleness_experiment_runs_and_gives_every_verdict():
     P = rlcourse.profile("smoke")
     out = sorl.run_staleness_experiment(P, stalenesses=(0, 2), seeds=2, cfg=sorl.LockConfig(steps=4))
     v = sorl.staleness_verdicts(out)
-    assert set(v) == {"stable-return", "lower-clip", "lower-grad", "on-policy-match", "control-staleness"}
+    assert set(v) == {"less-lost-to-clip", "turn-ratio-alone", "normaliser-adds", "prevents-collapse", "lower-clip",
+                      "lower-grad", "on-policy-match", "control-staleness", "control-collapse"}
     assert all(x.seeds == 2 for x in v.values())
+    # the claims that rest on a control are uninformative when it did not hold, whatever their interval
+    for name in ("less-lost-to-clip", "turn-ratio-alone", "normaliser-adds", "lower-grad"):
+        assert v[name].control_verdict == v["control-staleness"].verdict
+        assert (v[name].verdict == "uninformative") == (not v["control-staleness"].holds)
+    assert (v["prevents-collapse"].verdict == "uninformative") == (not v["control-collapse"].holds)
+    roles = {k: x.claim.role for k, x in v.items()}
+    assert roles["control-collapse"] == roles["control-staleness"] == "positive control"
+    assert roles["lower-clip"] == roles["on-policy-match"] == roles["turn-ratio-alone"] == "course hypothesis"
 
 
 def test_mass_normaliser_refuses_a_split_batch_and_is_exact_on_the_whole_one(tiny):

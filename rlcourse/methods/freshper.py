@@ -11,9 +11,12 @@ replayed trajectory's loss is multiplied by its PER weight, and its ratio is tak
 behaviour log-probs stored with it. Success is measured exactly (dynamic programming over the
 horizon), so the curves carry no evaluation noise.
 
-Arms: on-policy (no replay), uniform replay, standard PER (``|R| + eps``, no decay) and
-Freshness-Aware PER (``|R| + eps`` times ``exp(-age / tau)``), each at the same number of fresh
-episodes per step.
+Arms: on-policy (no replay), uniform replay, standard PER as in the authors' buffer (``|R| + eps``, no
+decay, a new item at the maximum priority until it is sampled), the same PER with every priority
+refreshed each step, and Freshness-Aware PER (``|R| + eps`` times ``exp(-age / tau)``, refreshed each
+step), each at the same number of fresh episodes per step. No PER importance weights by default (the
+authors' buffer computes them only on request); ``LakeConfig(beta=WEIGHTED_BETA)`` is the weighted
+ablation.
 """
 from __future__ import annotations
 
@@ -106,27 +109,54 @@ class LakeConfig:
     clip: float = 0.2  # PPO clip of the REINFORCE++-style surrogate
     capacity: int = 4000  # trajectories
     alpha: float = 0.6  # priority exponent (the authors' default)
-    beta: tuple[float, float] = (0.4, 1.0)  # IS exponent, annealed linearly over training
+    beta: tuple[float, float] | None = None  # IS exponent annealed linearly over training; None: no IS
+    # weights, the default of the authors' buffer (sample_for_training(compute_importance_weights=False))
     epsilon: float = 1e-6  # added to |R| (the authors' reward priority)
     switch_at: int | None = None  # a planted control: from this step on, the lake is another map
 
 
-ARMS = {  # name -> (priority: "reward" | "uniform", tau or None, replayed trajectories: None = cfg.replay)
-    "on-policy": ("uniform", None, 0),
-    "uniform replay": ("uniform", None, None),
-    "PER": ("reward", None, None),
-    "FreshPER": ("reward", 25.0, None),
+ARMS = {  # name -> (priority: "reward" | "uniform", tau or None, replayed trajectories: None = cfg.replay,
+    #          refresh: recompute every priority each step (False: the authors' standard PER, below))
+    "on-policy": ("uniform", None, 0, True),
+    "uniform replay": ("uniform", None, None, True),
+    "PER": ("reward", None, None, False),
+    "PER (refreshed)": ("reward", None, None, True),
+    "FreshPER": ("reward", 25.0, None, True),
 }
+WEIGHTED_BETA = (0.4, 1.0)  # the opt-in PER importance weights (the labelled ablation)
+MAX_PRIORITY = 1.0  # the priority a new item enters with in the authors' standard PER (before it is sampled)
+
+
+def lazy_per_add(buf: ReplayBuffer, item, base: float, step: int, max_priority: float) -> int:
+    """Store ``item`` as the authors' standard PER does: its leaf is ``max_priority ** alpha`` (the
+    largest priority seen so far), whatever its own ``base``, until it is sampled. Returns its slot."""
+    slot = buf.add(item, base, step)
+    buf.tree.update(slot, max_priority ** buf.alpha)
+    return slot
+
+
+def lazy_per_sampled(buf: ReplayBuffer, slots, max_priority: float) -> float:
+    """After a draw of ``slots`` in the authors' standard PER: each drawn item's leaf becomes its own
+    ``base ** alpha``; returns the updated running maximum priority."""
+    for i in np.unique(np.asarray(slots, dtype=np.int64)):
+        buf.tree.update(int(i), float(buf.base[i]) ** buf.alpha)
+        max_priority = max(max_priority, float(buf.base[i]))
+    return max_priority
 
 
 def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
     """Train a tabular softmax policy on map ``seed`` with one arm ``(priority, tau, replay)``.
 
-    Each step: ``cfg.episodes`` fresh episodes; refresh the buffer's priorities to this step's ages;
-    draw ``replay`` stored trajectories with their PER weights (uniform replay: weight 1); store the
-    fresh ones; one Adam step on the token-mean over all moves of
-    ``w_i * max(-A_i rho_t, -A_i clip(rho_t, 1 - eps, 1 + eps))`` with ``A_i`` the return normalised
-    over the batch and ``rho_t = pi_theta / mu`` against the stored behaviour log-probs.
+    Each step: ``cfg.episodes`` fresh episodes; with ``refresh`` (FreshPER, uniform, the refreshed
+    PER), recompute every priority from its base and this step's age; draw ``replay`` stored
+    trajectories, with PER weights when ``cfg.beta`` is set (else, and for uniform replay, weight 1);
+    store the fresh ones; one Adam step of the registered ``"ppo_is"`` loss, the token-mean over all
+    moves of ``w_i * max(-A_i rho_t, -A_i clip(rho_t, 1 - eps, 1 + eps))`` with ``A_i`` the return
+    normalised over the batch and ``rho_t = pi_theta / mu`` against the stored behaviour log-probs.
+
+    Without ``refresh`` (``arm[3] = False``) the priorities follow the authors' standard PER: a new item
+    enters with the running maximum priority (:data:`MAX_PRIORITY` at first) and gets its own
+    ``|R| + eps`` only once it has been sampled, so a failure nobody drew keeps the maximum priority.
 
     Returns per step ``success`` (exact, on the current map), and over all draws ``ages``, and per
     step ``ess`` (Kish ESS of the drawn trajectories' PER weights over their number),
@@ -137,8 +167,14 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
     drift rate kappa of the ESS argument). With ``cfg.switch_at``, the map changes at that step (a planted control in
     which old trajectories are harmful).
     """
-    priority, tau, n_replay = arm
+    from ..losses import get_policy_loss
+
+    priority, tau, n_replay, refresh = (tuple(arm) + (True,))[:4]
+    if not refresh and tau is not None:
+        raise ValueError(f"arm {arm!r}: an age decay needs the priorities refreshed every step (refresh=True)")
     n_replay = cfg.replay if n_replay is None else n_replay
+    loss_fn = get_policy_loss("ppo_is")
+    max_priority = MAX_PRIORITY
     tables = lake_tables(make_map(seed, cfg.size, max_turns=cfg.max_turns))
     gen = torch.Generator().manual_seed(seed)
     logits = torch.zeros(tables[0].shape, requires_grad=True)
@@ -150,14 +186,17 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
         if cfg.switch_at is not None and step == cfg.switch_at:  # old successes now lead astray
             tables = lake_tables(make_map(10_000 + seed, cfg.size, max_turns=cfg.max_turns))
         fresh = rollout(logits, tables, cfg.max_turns, cfg.episodes, gen)
-        buf.refresh(step)
+        if refresh:
+            buf.refresh(step)
         parts, weights = [fresh], [torch.ones(cfg.episodes)]
         if n_replay and len(buf) >= n_replay:
             u = torch.rand(n_replay, generator=gen, dtype=torch.float64).numpy()
-            beta = cfg.beta[0] + (cfg.beta[1] - cfg.beta[0]) * (step - 1) / max(1, cfg.steps - 1)
+            beta = 0.0 if cfg.beta is None else cfg.beta[0] + (cfg.beta[1] - cfg.beta[0]) * (step - 1) / max(1, cfg.steps - 1)
             slots, w = buf.sample(n_replay, u, beta)
-            if priority == "uniform":
-                w = np.ones_like(w)  # uniform sampling needs no correction
+            if priority == "uniform" or cfg.beta is None:
+                w = np.ones_like(w)  # uniform sampling needs no correction; beta None: no IS weights
+            if not refresh:  # the authors' standard PER: a sampled item gets its own priority
+                max_priority = lazy_per_sampled(buf, slots, max_priority)
             items = [buf.items[i] for i in slots]
             parts.append({k: torch.stack([it[k] for it in items]) for k in fresh})
             weights.append(torch.as_tensor(w, dtype=torch.float32))
@@ -171,16 +210,19 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
         for e in range(cfg.episodes):
             item = {k: v[e] for k, v in fresh.items()}
             base = 1.0 if priority == "uniform" else abs(float(item["R"])) + cfg.epsilon
-            buf.add(item, base, step)
+            if refresh:
+                buf.add(item, base, step)
+            else:
+                lazy_per_add(buf, item, base, step, max_priority)
         batch = {k: torch.cat([p[k] for p in parts]) for k in fresh}
         w = torch.cat(weights)
         R = batch["R"]
         adv = (R - R.mean()) / (R.std() + 1e-6) if len(R) > 1 else torch.zeros_like(R)
         logp = torch.log_softmax(logits, -1)[batch["states"], batch["actions"]]
-        ratio = torch.exp((logp - batch["logp"]).clamp(-20, 20))
-        A = (w * adv)[:, None]
-        per_token = torch.maximum(-A * ratio, -A * ratio.clamp(1 - cfg.clip, 1 + cfg.clip))
-        loss = (per_token * batch["mask"]).sum() / batch["mask"].sum()
+        mask = batch["mask"].to(logp.dtype)
+        loss, _ = loss_fn(old_log_prob=batch["logp"], log_prob=logp, advantages=adv[:, None].expand_as(logp),
+                          response_mask=mask, is_weight=w[:, None].expand_as(logp), clip_ratio_low=cfg.clip,
+                          clip_ratio_high=cfg.clip)
         opt.zero_grad()
         loss.backward()
         before = torch.log_softmax(logits.detach(), -1)
@@ -230,7 +272,7 @@ def run_lake_experiment(P: Profile, arms: dict | None = None, cfg: LakeConfig | 
 def run_tau_sweep(P: Profile, taus=None, cfg: LakeConfig | None = None, seeds: int | None = None) -> dict:
     """FreshPER at several ``tau`` (and ``tau=None``, standard PER): AUC per seed for each."""
     taus = tuple(taus or P.pick(smoke=(5.0, 25.0), book=(3.0, 10.0, 25.0, 100.0, 400.0)))
-    arms = {f"tau={t:g}": ("reward", t, None) for t in taus}
+    arms = {f"tau={t:g}": ("reward", t, None, True) for t in taus}
     out = run_lake_experiment(P, arms, cfg, seeds)
     out["taus"] = taus
     return out
@@ -240,15 +282,15 @@ def run_tau_sweep(P: Profile, taus=None, cfg: LakeConfig | None = None, seeds: i
 LM_ARMS = {  # name -> RLConfig overrides; both arms sample the same fresh groups per step
     "on-policy": dict(sampler="policy", policy_loss="vanilla"),
     "FreshPER": dict(sampler="replay", policy_loss="ppo_is",
-                     sampler_kwargs=dict(replay_groups=8, capacity=512, tau=10.0, priority="advantage")),
+                     sampler_kwargs=dict(replay_groups=8, capacity=512, tau=10.0, priority="advantage", beta=0.0)),
 }
 
 
 def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None) -> dict:
     """The registered ``"replay"`` sampler in the :class:`~rlcourse.train.Trainer` on the lab's
     two-digit addition (the profile's base model): on-policy GRPO against GRPO plus 8 replayed groups
-    per step (priority: mean ``|A|`` of the group, ``tau = 10``, PER weights in the ``"ppo_is"``
-    loss), 8 prompts x 8 samples fresh per step in both arms, ``P.seeds`` seeds.
+    per step (priority: mean ``|A|`` of the group, ``tau = 10``, no PER weights, ``beta = 0``, as the
+    authors' buffer defaults to), 8 prompts x 8 samples fresh per step in both arms, ``P.seeds`` seeds.
 
     Returns ``history[arm]`` (a list of per-seed metric histories), ``accuracy[arm]`` ``(seeds,)``
     final greedy accuracy on ``eval_prompts`` held-out prompts, ``buffer[arm]`` the final buffer size,
@@ -285,8 +327,10 @@ def setting(cfg: LakeConfig, seeds: int) -> str:
     return (f"tabular softmax policy on {seeds} random solvable {cfg.size}x{cfg.size} deterministic FrozenLake maps "
             f"(Gymnasium's dynamics, horizon {cfg.max_turns}); {cfg.episodes} fresh episodes per step for every arm, "
             f"{cfg.replay} replayed trajectories per step; REINFORCE++-style batch-normalised returns, PPO clip "
-            f"{cfg.clip}, one Adam step (lr {cfg.lr}) per step, {cfg.steps} steps; alpha {cfg.alpha}, beta "
-            f"{cfg.beta[0]}->{cfg.beta[1]}")
+            f"{cfg.clip}, one Adam step (lr {cfg.lr}) per step, {cfg.steps} steps; alpha {cfg.alpha}; "
+            + ("no IS weights (the authors' default)" if cfg.beta is None else
+               f"IS weights, beta {cfg.beta[0]}->{cfg.beta[1]}") + "; PER = the authors' standard PER (new items "
+            "at the maximum priority until sampled)")
 
 
 AUC = "exact success probability averaged over training steps (equal fresh episodes)"
@@ -308,28 +352,40 @@ CLAIMS = {
 }
 
 
+CONTROLLED = ("beats-on-policy",)  # claims that rest on the positive control "replay-can-help"
+
+
 def claim(name: str, cfg: LakeConfig, seeds: int, note: str = "") -> Claim:
     """The claim ``name`` of :data:`CLAIMS` in the setting ``cfg`` (``note`` says what differs)."""
     statement, source, number, method, baseline, kind, metric = CLAIMS[name]
     suffix = f"-{note.split()[0]}" if note else ""  # a variant's claims get keys of their own
+    role = "positive control" if name == "replay-can-help" else "paper claim"
+    control = f"freshper/lake-replay-can-help{suffix}" if name in CONTROLLED else None
     return Claim(key=f"freshper/lake-{name}{suffix}", paper=PAPER,
                  statement=statement, source=source, paper_number=number, method=method, baseline=baseline,
-                 kind=kind, metric=metric, setting=setting(cfg, seeds) + (f"; {note}" if note else ""))
+                 kind=kind, metric=metric, setting=setting(cfg, seeds) + (f"; {note}" if note else ""),
+                 role=role, control=control)
 
 
-def lake_verdicts(out: dict, names=("beats-on-policy", "per-degrades", "decay-beats-per", "decay-cuts-staleness"),
-                  note: str = "") -> dict[str, Verdict]:
+def lake_verdicts(out: dict, names=("replay-can-help", "beats-on-policy", "per-degrades", "decay-beats-per",
+                                   "decay-cuts-staleness"), note: str = "") -> dict[str, Verdict]:
     """Evaluate the claims ``names`` on the output of :func:`run_lake_experiment` (with a map switch,
-    success is measured on the second map only, and the claim's metric says so)."""
+    success is measured on the second map only, and the claim's metric says so). A claim that rests on
+    the positive control (:data:`CONTROLLED`) gets its verdict, which is evaluated first."""
     verdicts = {}
     post = out["config"].switch_at is not None
+    if any(n in CONTROLLED for n in names) and "replay-can-help" not in names:
+        raise ValueError(f"{[n for n in names if n in CONTROLLED]} rest on the positive control 'replay-can-help': "
+                         "evaluate it too")
+    names = sorted(names, key=lambda n: n != "replay-can-help")
     for name in names:
         c = claim(name, out["config"], out["seeds"], note)
         if post and name != "decay-cuts-staleness":
             c = replace(c, metric=f"exact success on the second map, averaged over steps {out['config'].switch_at}"
                                   f"-{out['config'].steps}")
         values = out["stale"] if name == "decay-cuts-staleness" else out["post"] if post else out["auc"]
-        verdicts[name] = evaluate(c, values[c.method], values[c.baseline], seconds=out["seconds"])
+        kw = {"control": verdicts["replay-can-help"]} if c.control else {}
+        verdicts[name] = evaluate(c, values[c.method], values[c.baseline], seconds=out["seconds"], **kw)
     return verdicts
 
 
@@ -339,7 +395,7 @@ LM_CLAIM = Claim(
     paper_number="+46% NQ Search, +367% Sokoban, +133% VLM FrozenLake (abstract)",
     setting="the lab's tiny Llama on two-digit addition, 8 prompts x 8 samples fresh per step in both arms, "
             "25 GRPO steps (lr 1e-4), FreshPER adds 8 replayed groups per step (tau 10, priority mean |A|, "
-            "PER weights with beta 0.4 in the ppo_is loss)",
+            "no PER importance weights, beta 0, the authors' default)",
     metric="greedy accuracy on 128 held-out prompts after training", method="FreshPER", baseline="on-policy")
 
 

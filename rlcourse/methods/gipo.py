@@ -7,9 +7,10 @@ token is ``-f(rho) A grad log pi`` with the effective weight ``f(rho) = rho * w(
 policy gradient on-policy, bounded by ``e^{sigma^2 / 2}``, and never exactly zero. The authors' code
 uses ``sigma_+ = 1`` for positive advantages and ``sigma_- = sigma_+ / 2`` for the others.
 
-This module holds the weight, the registered policy loss ``"gipo"``, the exact bias and variance of
-the weighted importance-sampling gradient on a bandit (the bias-variance frontier), and the
-staleness experiment of the chapter (a tabular contextual bandit trained from stale batches).
+This module holds the weight, the registered policy losses ``"gipo"`` and ``"sapo"`` (the soft gate the
+authors' code compares against), the exact bias and variance of the weighted importance-sampling
+gradient on a bandit (the bias-variance frontier), and the stale contextual bandit; the chapter's
+staleness study (arms, seeds, verdicts) is :mod:`rlcourse.studies.gipo`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..claims import Claim, Verdict, evaluate
 from ..losses import agg_loss, register_policy_loss
 from ..ops import check_same_shape, masked_mean
 from ..profiles import Profile, one_torch_thread
+from ..snapshots import push_lagged
 
 PAPER = ("GIPO: Gaussian Importance Sampling Policy Optimization, C. Lu, Z. Zhang, S. Wang, Q. Lin, B. Sun, "
          "Y. Liu (2026, arXiv:2603.03955)")
@@ -101,6 +103,60 @@ def compute_gipo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
 compute_gipo_loss.zero_at_zero_advantage = True
 
 
+SAPO = "Soft Adaptive Policy Optimization, C. Gao et al. (2025, arXiv:2511.20347)"
+
+
+def sapo_effective_weight(rho: np.ndarray | float, advantage_sign: np.ndarray | float, tau_pos: float = 1.0,
+                          tau_neg: float = 2.0) -> np.ndarray:
+    """SAPO's effective gradient weight ``f(rho) = 4 rho s (1 - s)``, ``s = sigmoid(tau (rho - 1))``,
+    with ``tau = tau_pos`` where ``A > 0`` and ``tau_neg`` elsewhere (NumPy): 1 on-policy, never zero."""
+    rho, sign = np.broadcast_arrays(np.asarray(rho, float), np.asarray(advantage_sign, float))
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"tau_pos and tau_neg must be > 0, got {tau_pos}, {tau_neg}")
+    tau = np.where(sign > 0, tau_pos, tau_neg)
+    x = tau * (rho - 1.0)
+    return 4.0 * rho / ((1.0 + np.exp(-x)) * (1.0 + np.exp(x)))  # s (1 - s) without cancelling 1 - s
+
+
+@register_policy_loss("sapo")
+def compute_sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                      response_mask: torch.Tensor, tau_pos: float = 1.0, tau_neg: float = 2.0,
+                      loss_agg_mode: str = "token-mean", **agg_kwargs):
+    """SAPO's soft gate in place of the clip, per token: ``-(4 / tau) sigmoid(tau (rho - 1)) A``, with
+    ``tau = tau_pos`` where ``A > 0`` and ``tau_neg`` elsewhere (1 and 2, the values in the GIPO
+    authors' code, which compares against it), aggregated by ``loss_agg_mode``. Its gradient is
+    ``-f(rho) A grad log pi`` with :func:`sapo_effective_weight` ``f``. The ratio is clamped to
+    ``[1e-6, 1e6]`` as in that code.
+
+    ============== ========= ===============================================
+    the four       ``(B,T)`` log-probs, advantages and mask, as in :func:`compute_gipo_loss`
+    returns                  ``(loss, metrics)``: ``pg_clipfrac`` (share of tokens whose effective
+                             weight is below 1% of the on-policy weight), ``ppo_kl``, ``ratio_mean``
+    ============== ========= ===============================================
+    """
+    check_same_shape(old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages,
+                     response_mask=response_mask)
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"tau_pos and tau_neg must be > 0, got tau_pos={tau_pos}, tau_neg={tau_neg}")
+    log_ratio = (log_prob - old_log_prob.detach()).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio).clamp(1e-6, 1e6)
+    adv = advantages.detach()
+    tau = torch.where(adv > 0, torch.full_like(ratio, float(tau_pos)), torch.full_like(ratio, float(tau_neg)))
+    gate = torch.sigmoid(tau * (ratio - 1.0))
+    loss = agg_loss(-adv * gate * (4.0 / tau), response_mask, loss_agg_mode, **agg_kwargs)
+    with torch.no_grad():
+        f = 4.0 * ratio * gate * torch.sigmoid(-tau * (ratio - 1.0))
+        metrics = {
+            "pg_clipfrac": float(masked_mean((f < 0.01).float(), response_mask)),
+            "ppo_kl": float(masked_mean(-log_ratio, response_mask)),
+            "ratio_mean": float(masked_mean(ratio, response_mask)),
+        }
+    return loss, metrics
+
+
+compute_sapo_loss.zero_at_zero_advantage = True
+
+
 # ---------------------------------------------------------------------- exact bias and variance
 def is_gradient_moments(pi: np.ndarray, mu: np.ndarray, reward: np.ndarray, weight) -> tuple[float, float]:
     """Exact squared bias and variance (trace) of the one-sample importance-weighted policy gradient
@@ -163,12 +219,38 @@ def random_instance(rng: np.random.Generator, K: int = 6, shift: float = 1.0):
 # ---------------------------------------------------------------------- the staleness experiment
 @dataclass(frozen=True)
 class BanditConfig:
+    """The stale-bandit experiment's sizes and update protocol.
+
+    The default protocol is the authors' (``metaworld_ppo_discrete_simple_complete.py`` in their public
+    code): each batch is reused ``epochs = 10`` times, but the actor steps only on reuses whose index
+    ``k`` is a multiple of ``actor_every = 10`` (so once per batch; the other reuses train only their
+    value function, which a bandit with group-mean advantages does not have), each actor step is scaled
+    by ``1/sqrt(k + 1)``, and ``kl_coef = 0.1`` times KL(behaviour || current) is added to the loss.
+    ``actor_every=1, kl_coef=0, reuse_scale=False`` is the aggressive protocol: 10 unregularised
+    policy steps per batch.
+    """
+
     contexts: int = 16
     actions: int = 32
     samples: int = 8  # G samples per context per step
     steps: int = 200
-    epochs: int = 10  # gradient steps on each batch (reuse; the authors' code reuses a batch 10 times)
+    epochs: int = 10  # reuses of each batch
     lr: float = 8.0  # SGD on the logits: the magnitude of the weight matters, as in the theory
+    actor_every: int = 10  # the policy steps on reuses k with k % actor_every == 0
+    kl_coef: float = 0.1  # coefficient of KL(behaviour || current) added on policy steps
+    reuse_scale: bool = True  # scale the policy step of reuse k by 1/sqrt(k + 1)
+
+    def __post_init__(self):
+        for name in ("contexts", "actions", "samples", "steps", "epochs", "actor_every"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"BanditConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not (self.lr > 0 and self.kl_coef >= 0):
+            raise ValueError(f"BanditConfig: lr must be > 0 and kl_coef >= 0, got lr={self.lr}, kl_coef={self.kl_coef}")
+
+
+AUTHORS = BanditConfig()
+AGGRESSIVE = BanditConfig(actor_every=1, kl_coef=0.0, reuse_scale=False)
+PROTOCOLS = {"authors": AUTHORS, "aggressive": AGGRESSIVE}
 
 
 def make_bandit(cfg: BanditConfig, seed: int) -> np.ndarray:
@@ -181,8 +263,9 @@ def make_bandit(cfg: BanditConfig, seed: int) -> np.ndarray:
 
 def train_stale_bandit(loss: str, staleness: int, cfg: BanditConfig, seed: int, **loss_kwargs) -> dict:
     """Train a tabular softmax policy on a contextual bandit from batches sampled by the policy of
-    ``staleness`` steps ago, with the registered policy loss ``loss`` (``"pg"``, ``"vanilla"`` or
-    ``"gipo"``). Advantages are the reward minus its group (context) mean.
+    ``staleness`` steps ago (:func:`~rlcourse.snapshots.push_lagged`), with the registered policy loss
+    ``loss`` (``"pg"``, ``"vanilla"``, ``"gipo"`` or ``"sapo"``) and ``cfg``'s update protocol (see
+    :class:`BanditConfig`). Advantages are the reward minus its group (context) mean.
 
     Returns per-step ``reward`` (exact expected reward of the current policy), ``zero_grad`` (share
     of samples with zero or negligible gradient weight, the loss's ``pg_clipfrac``) and ``grad_norm``.
@@ -193,30 +276,35 @@ def train_stale_bandit(loss: str, staleness: int, cfg: BanditConfig, seed: int, 
     means = torch.as_tensor(make_bandit(cfg, seed), dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed)
     logits = torch.zeros(cfg.contexts, cfg.actions, requires_grad=True)
-    snapshots = [logits.detach().clone()]
+    kept: list = []
     ctx = torch.arange(cfg.contexts).repeat_interleave(cfg.samples)
     out = {"reward": [], "zero_grad": [], "grad_norm": []}
     for _ in range(cfg.steps):
-        behaviour = snapshots[max(0, len(snapshots) - 1 - staleness)]
+        behaviour = push_lagged(kept, logits, staleness)
         mu = torch.softmax(behaviour, -1)
         actions = torch.multinomial(mu[ctx], 1, generator=gen).squeeze(-1)
         r = torch.bernoulli(means[ctx, actions].clamp(0, 1), generator=gen)
         adv = (r - r.view(cfg.contexts, cfg.samples).mean(1).repeat_interleave(cfg.samples)).unsqueeze(-1)
         old = torch.log_softmax(behaviour, -1)[ctx, actions].unsqueeze(-1)
+        log_mu = torch.log_softmax(behaviour, -1)
         mask = torch.ones_like(adv)
         zero, norms = [], []
-        for _ in range(cfg.epochs):
-            logp = torch.log_softmax(logits, -1)[ctx, actions].unsqueeze(-1)
+        for k in range(cfg.epochs):
+            if k % cfg.actor_every:
+                continue
+            log_pi = torch.log_softmax(logits, -1)
+            logp = log_pi[ctx, actions].unsqueeze(-1)
             value, metrics = fn(old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask, **loss_kwargs)
+            if cfg.kl_coef:
+                value = value + cfg.kl_coef * (mu * (log_mu - log_pi)).sum(-1).mean()
             grad, = torch.autograd.grad(value, logits)
             if not torch.isfinite(grad).all():
                 raise FloatingPointError(f"{loss}: non-finite gradient at staleness {staleness}")
+            scale = 1.0 / np.sqrt(k + 1) if cfg.reuse_scale else 1.0
             with torch.no_grad():
-                logits -= cfg.lr * grad
+                logits -= cfg.lr * scale * grad
             zero.append(metrics["pg_clipfrac"])
             norms.append(float(grad.norm()))
-        snapshots.append(logits.detach().clone())
-        snapshots = snapshots[-(staleness + 1):]
         with torch.no_grad():
             out["reward"].append(float((torch.softmax(logits, -1) * means).sum(-1).mean()))
         out["zero_grad"].append(float(np.mean(zero)))
@@ -224,118 +312,26 @@ def train_stale_bandit(loss: str, staleness: int, cfg: BanditConfig, seed: int, 
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-METHODS = {  # name -> (registered loss, its keyword arguments)
-    "no clip": ("pg", {}),
-    "PPO-clip": ("vanilla", {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}),
-    "GIPO": ("gipo", {"sigma": 1.0, "sigma_neg": 0.5}),
-}
-
-
-def run_learning_rate_sweep(P: Profile, lrs=(2.0, 8.0, 32.0), staleness: int | None = None) -> dict:
-    """Final reward of each method at staleness 0 and ``staleness`` for several SGD learning rates
-    (``P.toy_seeds`` seeds, fewer steps): where does staleness hurt at all?"""
-    L = staleness if staleness is not None else P.pick(smoke=8, book=32)
-    steps = P.pick(smoke=20, book=120)
-    out = {}
-    with one_torch_thread():
-        for lr in lrs:
-            cfg = BanditConfig(steps=steps, lr=lr)
-            for name, (loss, kw) in METHODS.items():
-                for lag in (0, L):
-                    rewards = [train_stale_bandit(loss, lag, cfg, seed, **kw)["reward"] for seed in range(P.toy_seeds)]
-                    out[(lr, name, lag)] = float(np.mean([r[-max(1, steps // 5):].mean() for r in rewards]))
-    return {"lrs": tuple(lrs), "staleness": L, "final": out}
-
-
-def run_staleness_experiment(P: Profile, stalenesses=None, seeds: int | None = None) -> dict:
-    """Every method of :data:`METHODS` at every staleness, over ``P.toy_seeds`` seeds.
-
-    Returns ``curves[(method, L)]`` ``(seeds, steps)`` arrays of reward, and ``final[(method, L)]``
-    ``(seeds,)`` the mean expected reward over the last fifth of training, ``zero_grad[(method, L)]``
-    ``(seeds,)`` the mean share of zero-gradient samples, ``seconds``.
-    """
-    cfg = BanditConfig(steps=P.pick(smoke=30, book=200))
-    stalenesses = tuple(stalenesses or P.pick(smoke=(0, 8), book=(0, 2, 8, 32)))
-    n = seeds or P.toy_seeds
-    start = time.perf_counter()
-    curves, final, zero = {}, {}, {}
-    with one_torch_thread():
-        for name, (loss, kw) in METHODS.items():
-            for L in stalenesses:
-                runs = [train_stale_bandit(loss, L, cfg, seed, **kw) for seed in range(n)]
-                curves[(name, L)] = np.stack([r["reward"] for r in runs])
-                final[(name, L)] = curves[(name, L)][:, -max(1, cfg.steps // 5):].mean(1)
-                zero[(name, L)] = np.array([r["zero_grad"].mean() for r in runs])
-    return {"config": cfg, "stalenesses": stalenesses, "seeds": n, "curves": curves, "final": final,
-            "zero_grad": zero, "seconds": time.perf_counter() - start}
-
-
 def run_frontier_experiment(P: Profile, instances: int | None = None) -> dict:
-    """Exact bias-variance frontiers on random bandit instances; the share of PPO's points that a
-    GIPO point dominates, per instance."""
+    """Exact bias-variance frontiers on random bandit instances; per instance, the share of PPO's points
+    that a GIPO point dominates (``shares``) and of GIPO's points that a PPO point dominates (``reverse``)."""
     rng = np.random.default_rng(0)
     sigmas = np.geomspace(0.05, 5.0, 60)
     epsilons = np.array([0.05, 0.1, 0.2, 0.3, 0.5])
     n = instances or P.pick(smoke=20, book=200)
     start = time.perf_counter()
-    shares, example = [], None
+    shares, reverse, example = [], [], None
     for i in range(n):
         pts = frontier(*random_instance(rng), sigmas, epsilons)
         shares.append(dominated_share(pts))
+        reverse.append(dominated_share({"gipo": pts["ppo"], "ppo": pts["gipo"]}))  # GIPO's points PPO dominates
         if i == 0:
             example = pts
-    return {"sigmas": sigmas, "epsilons": epsilons, "shares": np.array(shares), "example": example,
-            "seconds": time.perf_counter() - start}
+    return {"sigmas": sigmas, "epsilons": epsilons, "shares": np.array(shares), "reverse": np.array(reverse),
+            "example": example, "seconds": time.perf_counter() - start}
 
 
-# ---------------------------------------------------------------------- the claims
-SETTING = ("tabular softmax policy on a 16-context, 32-arm Bernoulli bandit; batches of 8 samples per context "
-           "drawn by the policy of L steps ago; 10 SGD steps per batch (lr 8); GIPO with sigma+ = 1, "
-           "sigma- = 0.5 (the authors' defaults); PPO epsilon = 0.2")
-
-
-def claims(stalenesses) -> dict[str, Claim]:
-    """The claims the chapter tests, keyed by short name."""
-    lo, hi = min(stalenesses), max(stalenesses)
-    stated = ("GIPO achieves state-of-the-art performance among clipping-based baselines across a wide range of "
-              "replay buffer sizes, from near on-policy to highly stale data")
-    common = dict(paper=PAPER, source="abstract", setting=SETTING, paper_number="MetaWorld/LIBERO success rates "
-                  "(not reproduced)")
-    return {
-        "near-on-policy": Claim(key="gipo/near-on-policy", statement=stated + " [near on-policy end]",
-                                metric=f"expected reward over the last fifth of training, staleness L = {lo}",
-                                method="GIPO", baseline="PPO-clip", kind="greater", **common),
-        "stale": Claim(key="gipo/stale", statement=stated + " [highly stale end]",
-                       metric=f"expected reward over the last fifth of training, staleness L = {hi}",
-                       method="GIPO", baseline="PPO-clip", kind="greater", **common),
-        "no-clip-unstable": Claim(key="gipo/no-clip-unstable",
-                                  statement="replacing hard clipping with a Gaussian trust weight keeps training "
-                                            "stable where unclipped importance sampling is not (high training "
-                                            "stability)",
-                                  metric=f"expected reward over the last fifth of training, staleness L = {hi}",
-                                  method="GIPO", baseline="no clip", kind="greater", **common),
-        "ppo-zero-gradients": Claim(key="gipo/ppo-zero-gradients",
-                                    statement="hard clipping zeroes the gradient of samples whose ratio left the "
-                                              "trust region; GIPO maintains non-zero gradients",
-                                    metric=f"share of samples with zero gradient weight, L = {hi}",
-                                    method="PPO-clip", baseline="GIPO", kind="greater", **common),
-    }
-
-
-def staleness_verdicts(out: dict) -> dict[str, Verdict]:
-    """Evaluate :func:`claims` on the output of :func:`run_staleness_experiment`."""
-    ls = out["stalenesses"]
-    lo, hi = min(ls), max(ls)
-    c = claims(ls)
-    f, z, s = out["final"], out["zero_grad"], out["seconds"]
-    return {
-        "near-on-policy": evaluate(c["near-on-policy"], f[("GIPO", lo)], f[("PPO-clip", lo)], seconds=s),
-        "stale": evaluate(c["stale"], f[("GIPO", hi)], f[("PPO-clip", hi)], seconds=s),
-        "no-clip-unstable": evaluate(c["no-clip-unstable"], f[("GIPO", hi)], f[("no clip", hi)], seconds=s),
-        "ppo-zero-gradients": evaluate(c["ppo-zero-gradients"], z[("PPO-clip", hi)], z[("GIPO", hi)], seconds=s),
-    }
-
-
+# ---------------------------------------------------------------------- the frontier claim
 FRONTIER_CLAIM = Claim(
     key="gipo/frontier", paper=PAPER, source="abstract (\"superior bias-variance trade-off\"); the 2x2 GridWorld "
     "analysis is known to us only from secondary summaries",

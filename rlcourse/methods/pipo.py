@@ -611,6 +611,12 @@ def bandit_claims() -> dict[str, Claim]:
                                        f"that follow drops: smaller drawdowns [{s} setting]",
                                        metric=f"max drawdown of the 10-step moving average of the expected reward, {s}",
                                        method="GRPO+PIPO", baseline="GRPO", kind="less", **common)
+    out["noisy/final-equal-step"] = Claim(key="pipo/bandit-noisy-final-equal-step", statement="PIPO ends higher "
+                                          "than its base algorithm, at an equal step [noisy setting: against GRPO "
+                                          "with twice the learning rate, since a layback step re-applies about a "
+                                          "step's worth of signal]", metric="exact expected reward over the last "
+                                          "tenth of training, noisy", method="GRPO+PIPO", baseline="GRPO, 2x lr",
+                                          kind="greater", **common)
     out["control/final"] = Claim(key="pipo/oracle-control-final", role="positive control", statement="positive control: with an exact "
                                  "improvement signal the layback raises the final reward [noisy setting]",
                                  metric="exact expected reward over the last tenth of training, noisy",
@@ -627,9 +633,10 @@ def bandit_verdicts(out: dict) -> dict[str, Verdict]:
     v = {}
     for key, claim in c.items():
         tag, what = key.split("/")
-        setting = {"noisy": "noisy", "control": "noisy" if what == "final" else "noisy, high lr"}.get(tag, "noisy, high lr")
-        m = f if what == "final" else d
-        v[key] = evaluate(claim, m[(setting, claim.method)], m[(setting, "GRPO")], seconds=s)
+        setting = {"noisy": "noisy", "control": "noisy" if what.startswith("final") else "noisy, high lr"}.get(
+            tag, "noisy, high lr")
+        m = f if what.startswith("final") else d
+        v[key] = evaluate(claim, m[(setting, claim.method)], m[(setting, claim.baseline)], seconds=s)
     return v
 
 
@@ -681,20 +688,32 @@ def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = 
     return out
 
 
+LM_LEARNS = Claim(key="pipo/lm-grpo-learns", paper=PAPER, source="ours (a positive control: the base algorithm "
+                  "learns at all in this run)", statement="positive control: GRPO ends above the base model under the "
+                  "noisy verifier", paper_number="", role="positive control",
+                  setting="tiny Llama (book profile) pre-trained on two-digit addition to about 50%; GRPO, 8 prompts x 8 "
+                  "samples, lr 1e-4, rewards flipped with probability 0.2",
+                  metric="held-out greedy accuracy at the end of training minus the base model's", method="GRPO",
+                  baseline=None, reference=0.0, kind="greater")
 LM_CLAIM = Claim(key="pipo/lm-final", paper=PAPER, source="abstract", statement="PIPO ends higher than its base "
                  "algorithm (GRPO) under a noisy verifier", paper_number="math benchmarks (not reproduced)",
                  setting="tiny Llama (book profile) pre-trained on two-digit addition to about 50%; GRPO, 8 prompts x 8 "
                  "samples, lr 1e-4, rewards flipped with probability 0.2; PIPO K = 8, s_neg = 0.1",
                  metric="held-out greedy accuracy at the end of training", method="GRPO+PIPO", baseline="GRPO",
-                 kind="greater")
+                 kind="greater", control=LM_LEARNS.key)
 
 
 LM_CONTROL = replace(LM_CLAIM, key="pipo/lm-oracle-control", role="positive control", statement="positive control: PIPO whose verdict "
-                     "mu_t is computed with the clean verifier ends higher than GRPO", method="GRPO+PIPO (oracle verdict)")
+                     "mu_t is computed with the clean verifier ends higher than GRPO", method="GRPO+PIPO (oracle verdict)",
+                     control=None)
 
 
 def lm_verdicts(out: dict) -> dict[str, Verdict]:
-    """The tiny-LM claim and its positive control (the oracle verdict)."""
+    """The tiny-LM claim, resting on the control that GRPO learns at all (its held-out accuracy above the
+    base model's: a claim about PIPO's gains is uninformative in a run where training makes the base
+    algorithm worse), and the positive control of the oracle verdict."""
     g, s = out["acc"]["GRPO"], out["seconds"]
-    return {"final": evaluate(LM_CLAIM, out["acc"]["GRPO+PIPO"], g, seconds=s),
+    learns = evaluate(LM_LEARNS, np.asarray(g) - out["base_acc"], seconds=s)
+    return {"learns": learns,
+            "final": evaluate(LM_CLAIM, out["acc"]["GRPO+PIPO"], g, seconds=s, control=learns),
             "control": evaluate(LM_CONTROL, out["acc"]["GRPO+PIPO (oracle verdict)"], g, seconds=s)}

@@ -328,9 +328,13 @@ _SETTING = ("tiny LM (0.6M) on 2-digit addition from the 'medium' base model; G 
             "oldest writes; prefixes 25-50% of the writer's response; 64 held-out prompts x 16 samples")
 
 
-def _claim(name, statement, metric, method, baseline, kind="greater"):
+CONTROL_KEY = "thinking_seeds/control-grpo-learns"
+
+
+def _claim(name, statement, metric, method, baseline, kind="greater", control=CONTROL_KEY):
     return Claim(key=f"thinking_seeds/lm-{name}", paper=PAPER, statement=statement, source="abstract",
-                 setting=_SETTING, metric=metric, method=method, baseline=baseline, kind=kind, margin=0.0)
+                 setting=_SETTING, metric=metric, method=method, baseline=baseline, kind=kind, margin=0.0,
+                 control=control)
 
 
 _OUTPERFORMS = "Thinking Seeds consistently outperforms standard on-policy training and existing off-policy extensions"
@@ -342,10 +346,11 @@ LM_CLAIMS = {
                       "mean token entropy of the trained policy's own samples on the held-out prompts",
                       "Thinking Seeds", "GRPO"),
     "clipping": _claim("less-clipping", "[the method] reduces gradient loss from clipping",
-                       "share of clipped tokens, mean over training", "Thinking Seeds", "sequence mixing", kind="less"),
+                       "share of clipped tokens, mean over training", "Thinking Seeds", "sequence mixing", kind="less",
+                       control=None),
     "pass-at-k": _claim("expands-solution-space", "[the method] expands the explorable solution space",
                         "held-out pass@16 after training", "Thinking Seeds", "GRPO"),
-    "control": Claim(key="thinking_seeds/control-grpo-learns", role="positive control", paper=PAPER,
+    "control": Claim(key=CONTROL_KEY, role="positive control", paper=PAPER,
                      statement="(control, not a claim of the paper) GRPO raises pass@1 over the base model",
                      source="positive control of the experiment", setting=_SETTING,
                      metric="held-out pass@1 after training", method="GRPO", baseline="base model",
@@ -354,16 +359,19 @@ LM_CLAIMS = {
 
 
 def soup_verdicts(res: dict) -> dict[str, Verdict]:
-    """The claims of :data:`LM_CLAIMS`, evaluated on :func:`run_soup_experiment`'s output."""
+    """The claims of :data:`LM_CLAIMS`, evaluated on :func:`run_soup_experiment`'s output. The
+    performance claims rest on the control that GRPO learns at all (uninformative otherwise); the
+    clipping claim, a count of clipped tokens, does not."""
     ks, s = list(res["ks"]), res["seconds"]
     p1, pk = ks.index(1), len(ks) - 1
     pa, ts, sq, gr = res["passk"], "Thinking Seeds", "sequence mixing", "GRPO"
+    control = evaluate(LM_CLAIMS["control"], pa[gr][:, p1], np.full(res["seeds"], res["base_passk"][p1]), seconds=s)
+    c = {"control": control}
     return {
-        "vs-grpo": evaluate(LM_CLAIMS["vs-grpo"], pa[ts][:, p1], pa[gr][:, p1], seconds=s),
-        "vs-sequence": evaluate(LM_CLAIMS["vs-sequence"], pa[ts][:, p1], pa[sq][:, p1], seconds=s),
-        "entropy": evaluate(LM_CLAIMS["entropy"], res["held_entropy"][ts], res["held_entropy"][gr], seconds=s),
+        "vs-grpo": evaluate(LM_CLAIMS["vs-grpo"], pa[ts][:, p1], pa[gr][:, p1], seconds=s, **c),
+        "vs-sequence": evaluate(LM_CLAIMS["vs-sequence"], pa[ts][:, p1], pa[sq][:, p1], seconds=s, **c),
+        "entropy": evaluate(LM_CLAIMS["entropy"], res["held_entropy"][ts], res["held_entropy"][gr], seconds=s, **c),
         "clipping": evaluate(LM_CLAIMS["clipping"], res["clipfrac"][ts].mean(1), res["clipfrac"][sq].mean(1), seconds=s),
-        "pass-at-k": evaluate(LM_CLAIMS["pass-at-k"], pa[ts][:, pk], pa[gr][:, pk], seconds=s),
-        "control": evaluate(LM_CLAIMS["control"], pa[gr][:, p1], np.full(res["seeds"], res["base_passk"][p1]),
-                            seconds=s),
+        "pass-at-k": evaluate(LM_CLAIMS["pass-at-k"], pa[ts][:, pk], pa[gr][:, pk], seconds=s, **c),
+        "control": control,
     }
