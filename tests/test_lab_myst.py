@@ -10,7 +10,7 @@ writes into the notebook's metadata and autosaves, so the repository's chapter i
 A screenshot is kept in ``_build/lab/``.
 
 It needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and is skipped,
-saying so, without them. The figure checks at the end of this file are static and always run.
+saying so, without them.
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ ADMONITIONS = ("admonition", "note", "tip", "hint", "important", "warning", "cau
                "error", "seealso")
 # the one directive of the book that jupyterlab-myst does not know (the README says so)
 UNKNOWN_ALLOWED = {"glue:figure"}
+
+pytestmark = pytest.mark.web
 
 
 def free_port() -> int:
