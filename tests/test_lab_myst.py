@@ -10,7 +10,7 @@ writes into the notebook's metadata and autosaves, so the repository's chapter i
 A screenshot is kept in ``_build/lab/``.
 
 It needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and is skipped,
-saying so, without them.
+saying so, without them. The check of the sources at the end needs no browser.
 """
 from __future__ import annotations
 
@@ -38,8 +38,6 @@ ADMONITIONS = ("admonition", "note", "tip", "hint", "important", "warning", "cau
                "error", "seealso")
 # the one directive of the book that jupyterlab-myst does not know (the README says so)
 UNKNOWN_ALLOWED = {"glue:figure"}
-
-pytestmark = pytest.mark.web
 
 
 def free_port() -> int:
@@ -143,6 +141,7 @@ return Array.from(document.querySelectorAll('.jp-Notebook .jp-MarkdownCell')).ma
 """
 
 
+@pytest.mark.web
 def test_a_chapter_renders_its_myst_in_jupyterlab(lab, browser):
     """ppo.md opened as a notebook: every markdown cell rendered by jupyterlab-myst, its admonitions
     and propositions as rendered boxes (as many as the source has), exercises and solutions too, and
@@ -203,3 +202,29 @@ def test_a_chapter_renders_its_myst_in_jupyterlab(lab, browser):
     browser.execute_script("document.querySelector('.jp-Notebook aside.myst-proof').scrollIntoView()")
     time.sleep(1)
     browser.save_screenshot(str(ARTEFACTS / "ppo_proposition.png"))
+
+
+def chapter_titles() -> dict[str, tuple[Path, str]]:
+    """Each chapter's label (the ``(label)=`` above its title) -> (its file, its title)."""
+    titles = {}
+    for path in sorted([*ROOT.glob("book/*.md"), *ROOT.glob("notebooks/*.md")]):
+        m = re.search(r"^\(([\w-]+)\)=\s*\n+# (.+)$", path.read_text(), flags=re.M)
+        if m:
+            titles[m[1]] = (path, m[2].strip())
+    return titles
+
+
+def test_a_reference_to_another_chapter_names_it():
+    """JupyterLab renders one notebook at a time: a bare {ref}`ch-ppo` to another chapter shows there
+    as its label with a warning mark. With its text written out, {ref}`Title <ch-ppo>`, it reads the
+    same in Lab and in the HTML book (which shows a chapter's title for a bare reference)."""
+    titles = chapter_titles()
+    assert "ch-ppo" in titles, "no chapter labels found: the check would pass vacuously"
+    bare = []
+    for path in sorted([*ROOT.glob("book/*.md"), *ROOT.glob("notebooks/*.md")]):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for label in re.findall(r"\{ref\}`([\w-]+)`", line):
+                if label in titles and titles[label][0] != path:
+                    bare.append(f"{path.relative_to(ROOT)}:{n}: {{ref}}`{label}` -> "
+                                f"{{ref}}`{titles[label][1]} <{label}>`")
+    assert not bare, "references to another chapter without their text:\n" + "\n".join(bare)
