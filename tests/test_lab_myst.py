@@ -7,7 +7,7 @@ browser test starts JupyterLab on a free localhost port with the repository's se
 chapter as a notebook (jupytext), and checks the rendered markdown cells. The server serves a copy of
 the chapter in a temporary folder: opening a notebook starts a kernel, whose kernelspec JupyterLab
 writes into the notebook's metadata and autosaves, so the repository's chapter is never opened.
-A screenshot is kept in ``_build/lab/``.
+Screenshots are kept in ``_build/lab/``.
 
 It needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them) and is skipped,
 saying so, without them. The check of the sources at the end needs no browser.
