@@ -54,7 +54,8 @@ claims: $(STAMP)
 	RLCOURSE_JOBS=$(JOBS) RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims
 
 # JupyterLab on the chapters: a chapter's .md opens as a notebook (jupytext), with this repository's
-# settings (.jupyter/lab/user-settings) instead of the user's own.
+# settings (.jupyter/lab/user-settings) instead of the user's own; jupyterlab-myst renders its MyST
+# (the README's "Reading a chapter in JupyterLab" says what does not render; tests/test_lab_myst.py).
 lab: $(STAMP)
 	JUPYTERLAB_SETTINGS_DIR=$(CURDIR)/.jupyter/lab/user-settings $(VENV)/bin/jupyter lab
 

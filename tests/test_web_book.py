@@ -23,6 +23,7 @@ from urllib.parse import unquote, urljoin, urlparse
 import pytest
 
 from test_chapters import toc_files
+from test_figures import meaningless_alt
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTEFACTS = ROOT / "_build" / "browser"
@@ -86,6 +87,24 @@ def test_every_internal_link_and_anchor_resolves(html):
             elif parsed.fragment and target.suffix == ".html" and parsed.fragment not in anchors(target):
                 broken.append(f"{page.relative_to(html)}: {href} (no such anchor)")
     assert not broken, f"{len(broken)} broken internal links:\n" + "\n".join(broken[:40])
+
+
+def test_every_image_has_a_meaningful_alt_text(html):
+    """Each image in a page's content (figures glued or shown by a cell) carries the alt text its
+    chapter wrote, not the hash Sphinx names the file after (tests/test_figures.py checks the sources)."""
+    from bs4 import BeautifulSoup
+
+    problems, n_images = [], 0
+    for page in page_paths(html):
+        soup = BeautifulSoup(page.read_text(errors="replace"), "html.parser")
+        for img in (soup.find("main") or soup).find_all("img"):
+            n_images += 1
+            src = Path(unquote(urlparse(img.get("src", "")).path)).name
+            why = meaningless_alt(img.get("alt"), src, Path(src).stem)
+            if why:
+                problems.append(f"{page.relative_to(html)}: <img src={src!r}>: {why}")
+    assert n_images, "no images in the built chapters: the check would pass vacuously"
+    assert not problems, f"{len(problems)} images without a meaningful alt text:\n" + "\n".join(problems[:40])
 
 
 # ---------------------------------------------------------------------------- the browser
