@@ -524,11 +524,55 @@ def budget_bandit_run(weight: str, seed: int, steps: int = 300, prompts: int = 1
             "curve_acc": np.array(curve_acc), "curve_len": np.array(curve_len)}
 
 
+def shortening(length, none_length) -> np.ndarray:
+    """Relative reduction of mean length, per seed: ``1 - mean_k length / mean_k none_length``.
+
+    ============ ========== ================================================
+    length       ``(S, K)`` an arm's final mean length per seed and bucket
+    none_length  ``(S, K)`` the unpenalised arm's, same seeds
+    return       ``(S,)``   the reduction per seed (buckets weighted equally)
+    ============ ========== ================================================
+    """
+    a, b = np.asarray(length, float), np.asarray(none_length, float)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"length {a.shape} and none_length {b.shape} must both be (seeds, buckets)")
+    return 1 - a.mean(1) / b.mean(1)
+
+
+def matched_accuracy(target_short, sweep_short, sweep_acc) -> tuple[np.ndarray, np.ndarray]:
+    """Per seed, an arm's accuracy interpolated at a given shortening, from a sweep of its strength.
+
+    ============= =========== ===========================================================
+    target_short  ``(S,)``    the shortening to match (e.g. the gate's), per seed
+    sweep_short   ``(S, M)``  the swept arm's shortening at each of M strengths, per seed
+    sweep_acc     ``(S, M)``  its accuracy (e.g. on the hard bucket) at the same points
+    return        ``(S,)``,   the accuracy linearly interpolated at ``target_short`` (in the
+                  ``(S,)``    order of shortening), and whether the target lay inside the
+                              swept range (outside, the nearest end is used)
+    ============= =========== ===========================================================
+    """
+    t, x, y = (np.asarray(a, float) for a in (target_short, sweep_short, sweep_acc))
+    if x.shape != y.shape or x.ndim != 2 or t.shape != x.shape[:1]:
+        raise ValueError(f"target_short {t.shape}, sweep_short {x.shape} and sweep_acc {y.shape} must be "
+                         "(S,), (S, M), (S, M)")
+    out, inside = np.empty(len(t)), np.empty(len(t), bool)
+    for i in range(len(t)):
+        order = np.argsort(x[i])
+        out[i] = np.interp(t[i], x[i][order], y[i][order])
+        inside[i] = x[i].min() <= t[i] <= x[i].max()
+    return out, inside
+
+
+MATCH_GAMMAS = (0.02, 0.05, 0.1, 0.2, 0.4)  # the uniform penalty's strengths for the matched comparison
+
+
 def budget_experiment(seeds, steps: int, gamma: float = 0.1, theta: float = 0.75, control_gamma: float = 1.0,
-                      sweep_gammas=(0.05, 0.2, 0.4), sweep_seeds=None) -> dict:
+                      sweep_gammas=(0.05, 0.2, 0.4), sweep_seeds=None, match_gammas=MATCH_GAMMAS) -> dict:
     """The chapter's bandit: arms ``none``, ``uniform``, ``linear``, ``gate`` at ``gamma``; the
     positive control (``uniform`` at ``control_gamma``); the ``gate`` arm with GRPO's std scaling
-    (``gate_std``); and a sweep of ``gamma`` for the three weights (``sweep[(weight, gamma)]``).
+    (``gate_std``); a sweep of ``gamma`` for the three weights (``sweep[(weight, gamma)]``); and the
+    uniform penalty at each of ``match_gammas`` on every seed (``match[gamma]``), from which the
+    matched-shortening comparison reads the uniform penalty's accuracy at the gate's shortening.
     Each arm maps to ``{"accuracy": (S, K), "length": (S, K), "curve_len": (S, steps, K)}``."""
     seeds = list(seeds)
     t0 = time.perf_counter()
@@ -544,6 +588,7 @@ def budget_experiment(seeds, steps: int, gamma: float = 0.1, theta: float = 0.75
     ss = seeds if sweep_seeds is None else list(sweep_seeds)
     out["sweep"] = {(w, g): arm(w, g, ss=ss) for w in WEIGHTS for g in sweep_gammas}
     out["sweep_none"] = arm("none", 0.0, ss=ss)
+    out["match"] = {g: out["uniform"] if g == gamma else arm("uniform", g) for g in match_gammas}
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -625,6 +670,10 @@ _BUDGET = ("thinking-budget bandit: lengths 1..16, buckets d = 2, 6, 12 with cei
            "16 groups of 8 per bucket and step, Dr. GRPO advantages, gamma 0.1, gate theta 0.75")
 
 
+ACC_MARGIN = 0.01  # one margin for every accuracy claim of the chapter (changes of accuracy, equivalence alike)
+_STATIC, _CONTROL = "adaptive-beats-static-mix", "control-length-moves"
+
+
 def _claim(key, **kw):
     from ..claims import Claim
 
@@ -636,38 +685,50 @@ CLAIMS = {
         "targets-held-simulated", statement=_SAMPLING, setting="three simulated domains with usable-group "
         "rates 0.9, 0.3, 0.5, targets 0.5, 0.25, 0.25, 64 prompts x 8 rollouts per step, 100 steps",
         metric="max over domains of |share of usable rollouts - target|, steps 51-100", method="adaptive sampler",
-        kind="less", reference=0.01, margin=0.0),
+        kind="less", reference=0.01, margin=0.0, role="positive control"),
     "lm_targets": _claim(
         "targets-held-lm", statement=_SAMPLING, setting="tiny LM on apriel_mix (sort / 2-digit / 3-digit "
-        "addition; 9-token budget truncates long sums), targets 0.25, 0.25, 0.5",
+        "addition; 9-token budget truncates long sums), targets 0.25, 0.25, 0.5 of the *usable* rollouts "
+        "(completed and in a group with reward spread), not of the completed ones the abstract names",
         metric="max over domains of |share of usable rollouts - target| after the warm-up steps",
-        method="adaptive sampler", kind="less", reference=0.05, margin=0.0),
+        method="adaptive sampler", kind="less", reference=0.05, margin=0.0, control=f"apriel/{_STATIC}"),
     "lm_vs_static": _claim(
-        "adaptive-beats-static-mix", statement=_SAMPLING, setting="as targets-held-lm, paired by seed",
+        _STATIC, statement="mechanism check (ours): the domains' yields differ enough that a fixed mixture misses "
+        "the targets, and the adaptive sampler does better", setting="as targets-held-lm, paired by seed",
         metric="the same deviation", method="adaptive sampler", baseline="static mixture q = w", kind="less",
-        margin=0.05),
+        margin=0.05, role="positive control"),
     "shorter": _claim(
         "shorter-traces", statement=_PENALTY + "; ... producing 30-50% shorter reasoning traces",
         paper_number="30-50% shorter traces (vs Apriel-Base)", setting=_BUDGET,
         metric="1 - mean length (gate) / mean length (no penalty), buckets weighted equally",
-        method="difficulty-aware (gate)", kind="greater", reference=0.0, margin=0.10),
+        method="difficulty-aware (gate)", kind="greater", reference=0.0, margin=0.10, control=f"apriel/{_CONTROL}"),
     "accuracy": _claim(
         "equal-accuracy", statement=_PENALTY + " (accuracy kept while traces shorten)", setting=_BUDGET,
         metric="exact accuracy, mean over the three buckets", method="difficulty-aware (gate)",
-        baseline="no penalty", kind="equivalent", margin=0.03),
+        baseline="no penalty", kind="equivalent", margin=ACC_MARGIN, control=f"apriel/{_CONTROL}"),
+    "matched_hard": _claim(
+        "gate-beats-uniform-at-matched-shortening", statement=_PENALTY + " (against the standard penalty: at the "
+        "same overall shortening, the difficulty-aware one costs the hardest problems less)", setting=_BUDGET
+        + f"; the uniform penalty swept over gamma in {MATCH_GAMMAS} on the same seeds",
+        metric="hard-bucket (d = 12) accuracy: the gate's, against the uniform penalty's linearly interpolated "
+        "at the gate's own shortening, seed by seed", method="difficulty-aware (gate)",
+        baseline="uniform penalty at matched shortening", kind="greater", margin=ACC_MARGIN,
+        control=f"apriel/{_CONTROL}"),
     "uniform_hard": _claim(
         "uniform-hurts-hardest", statement=_PENALTY + " (the standard penalty, by contrast, shortens hard ones "
         "too: our reading)", setting=_BUDGET, metric="exact accuracy on the hardest bucket (d = 12)",
-        method="uniform penalty", baseline="no penalty", kind="less", margin=0.01),
+        method="uniform penalty", baseline="no penalty", kind="less", margin=ACC_MARGIN, role="course hypothesis",
+        control=f"apriel/{_CONTROL}"),
     "aware_hard": _claim(
-        "aware-keeps-hardest", statement=_PENALTY, setting=_BUDGET,
-        metric="exact accuracy on the hardest bucket (d = 12)", method="difficulty-aware (gate)",
-        baseline="no penalty", kind="equivalent", margin=0.01),
+        "aware-keeps-hardest", statement="mechanism check (ours): with the hard bucket's pass rate below the gate's "
+        "threshold, the gate almost never fires there, so its accuracy is kept (prop-apriel-hard, simulated)",
+        setting=_BUDGET, metric="exact accuracy on the hardest bucket (d = 12)", method="difficulty-aware (gate)",
+        baseline="no penalty", kind="equivalent", margin=ACC_MARGIN, role="course hypothesis"),
     "control": _claim(
-        "control-length-moves", statement="positive control (ours): a strong penalty must shorten traces",
+        _CONTROL, statement="positive control (ours): a strong penalty must shorten traces",
         setting=_BUDGET.replace("gamma 0.1", "uniform gamma 1.0"),
         metric="1 - mean length (strong uniform) / mean length (no penalty)", method="uniform, gamma 1.0",
-        kind="greater", reference=0.0, margin=0.10),
+        kind="greater", reference=0.0, margin=0.10, role="positive control"),
 }
 
 
@@ -682,25 +743,61 @@ def toy_sampling_values(seeds, steps: int = 100, start: int = 50) -> dict:
     return out
 
 
+def matched_values(budget: dict) -> dict:
+    """The gate's and the uniform penalty's hard-bucket accuracy at the gate's shortening, per seed,
+    from :func:`budget_experiment`'s ``match`` sweep; ``inside`` says where no extrapolation was needed."""
+    none = budget["none"]["length"]
+    gammas = sorted(budget["match"])
+    x = np.stack([shortening(budget["match"][g]["length"], none) for g in gammas], 1)
+    y = np.stack([budget["match"][g]["accuracy"][:, -1] for g in gammas], 1)
+    target = shortening(budget["gate"]["length"], none)
+    uniform, inside = matched_accuracy(target, x, y)
+    return {"gate": budget["gate"]["accuracy"][:, -1], "uniform": uniform, "inside": inside, "shortening": target}
+
+
 def evaluate_claims(budget: dict, mix: dict | None, toy: dict) -> dict:
     """The verdicts of :data:`CLAIMS` from the runs (``mix`` None: the LM claims are left out)."""
     from ..claims import evaluate
 
     def red(arm):
-        return 1 - budget[arm]["length"].mean(1) / budget["none"]["length"].mean(1)
+        return shortening(budget[arm]["length"], budget["none"]["length"])
 
+    ctrl = evaluate(CLAIMS["control"], red("control"))
+    matched = matched_values(budget)
     v = {
         "toy_targets": evaluate(CLAIMS["toy_targets"], toy["adaptive"]),
-        "shorter": evaluate(CLAIMS["shorter"], red("gate")),
-        "accuracy": evaluate(CLAIMS["accuracy"], budget["gate"]["accuracy"].mean(1), budget["none"]["accuracy"].mean(1)),
+        "control": ctrl,
+        "shorter": evaluate(CLAIMS["shorter"], red("gate"), control=ctrl),
+        "accuracy": evaluate(CLAIMS["accuracy"], budget["gate"]["accuracy"].mean(1), budget["none"]["accuracy"].mean(1),
+                             control=ctrl),
+        "matched_hard": evaluate(CLAIMS["matched_hard"], matched["gate"], matched["uniform"], control=ctrl,
+                                 inside=matched["inside"].tolist()),
         "uniform_hard": evaluate(CLAIMS["uniform_hard"], budget["uniform"]["accuracy"][:, -1],
-                                 budget["none"]["accuracy"][:, -1]),
+                                 budget["none"]["accuracy"][:, -1], control=ctrl),
         "aware_hard": evaluate(CLAIMS["aware_hard"], budget["gate"]["accuracy"][:, -1],
                                budget["none"]["accuracy"][:, -1]),
-        "control": evaluate(CLAIMS["control"], red("control")),
     }
     if mix is not None:
-        v["lm_targets"] = evaluate(CLAIMS["lm_targets"], mix["deviation"]["adaptive"], seconds=mix["seconds"])
-        v["lm_vs_static"] = evaluate(CLAIMS["lm_vs_static"], mix["deviation"]["adaptive"], mix["deviation"]["static"],
-                                     seconds=mix["seconds"])
+        static = evaluate(CLAIMS["lm_vs_static"], mix["deviation"]["adaptive"], mix["deviation"]["static"],
+                          seconds=mix["seconds"])
+        v["lm_vs_static"] = static
+        v["lm_targets"] = evaluate(CLAIMS["lm_targets"], mix["deviation"]["adaptive"], seconds=mix["seconds"],
+                                   control=static)
     return v
+
+
+def uniform_on(budget: dict) -> dict:
+    """The shorter-traces and equal-accuracy claims evaluated with the uniform penalty in the gate's place,
+    so a reader sees how little they separate the two weights (not recorded: the method is not the paper's)."""
+    from dataclasses import replace
+
+    from ..claims import evaluate
+
+    ctrl = evaluate(CLAIMS["control"], shortening(budget["control"]["length"], budget["none"]["length"]))
+    uni = "uniform penalty"
+    return {
+        "shorter": evaluate(replace(CLAIMS["shorter"], method=uni), shortening(budget["uniform"]["length"],
+                                                                               budget["none"]["length"]), control=ctrl),
+        "accuracy": evaluate(replace(CLAIMS["accuracy"], method=uni), budget["uniform"]["accuracy"].mean(1),
+                             budget["none"]["accuracy"].mean(1), control=ctrl),
+    }
