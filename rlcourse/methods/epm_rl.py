@@ -237,10 +237,10 @@ def lora_grads(G: torch.Tensor, X: torch.Tensor, A: torch.Tensor, B: torch.Tenso
 
 def judge_shift_bound(kl: float, j_sup: float = 1.0) -> float:
     """Pinsker's bound on how far any policy within ``KL(pi || pi0) <= kl`` can move the expected
-    judge score: ``|E_pi J - E_pi0 J| <= 2 TV ||J||_inf <= sqrt(2 kl) ||J||_inf``."""
+    score of a judge with values in ``[0, j_sup]``: ``|E_pi J - E_pi0 J| <= TV j_sup <= sqrt(kl / 2) j_sup``."""
     if not (kl >= 0 and j_sup >= 0):
         raise ValueError(f"kl and j_sup must be >= 0, got {kl}, {j_sup}")
-    return math.sqrt(2 * kl) * j_sup
+    return math.sqrt(kl / 2) * j_sup
 
 
 # ---------------------------------------------------------------------- the experiment
@@ -251,7 +251,7 @@ def sizes(prof: Profile | None = None) -> dict:
                  lm_layers=prof.pick(smoke=1, book=2), lm_heads=prof.pick(smoke=2, book=4), lm_max_positions=96)
     return dict(lm=lm, base_steps=prof.pick(smoke=20, book=500), base_lr=2e-3, lora_r=8, lora_alpha=16,
                 sft_steps=prof.pick(smoke=4, book=100), sft_batch=prof.pick(smoke=8, book=32), sft_lr=3e-3,
-                full_lr=1e-3, control_sft_steps=prof.pick(smoke=2, book=10),
+                full_lr=1e-3, control_sft_steps=prof.pick(smoke=2, book=10), control_seed_offset=10, deficit=1.0,
                 rl_steps=prof.pick(smoke=2, book=80), prompts=prof.pick(smoke=2, book=8),
                 G=prof.pick(smoke=4, book=8), rl_lr=3e-4, noises=(0.2, 0.7),
                 eval_prompts=prof.pick(smoke=16, book=256), weights={"w_format": 0.2, "w_label": 1.0, "w_judge": 0.5})
@@ -314,11 +314,33 @@ def _train_flops(tokens: float, n_total: int, n_train: int) -> float:
     return tokens * (4 * n_total + 2 * n_train)
 
 
-def sft_stage(model, tokenizer, task: ProductPairs, steps: int, S: dict, seed: int, lr: float) -> dict:
-    """SFT on teacher rationales of noisy pairs; returns seconds, tokens and FLOPs."""
+def plant_label_deficit(examples: Sequence[Example], share: float = 1.0, seed: int = 0) -> list[Example]:
+    """Demonstrations with a class-conditional label error: on a ``share`` of the pairs whose brands
+    agree but whose model ids differ (true label ``N``), the shown label is ``Y``; the rationale still
+    cites the true fields and every other pair is untouched. An adapter SFT'd on them learns "same brand,
+    so Y": a systematic deficit of its labels that the label reward sees, while its grammar is intact.
+    ``Example.answer`` (what is graded) stays the true label."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share must be a probability in [0, 1], got {share}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in examples:
+        b, m = e.meta["brands"], e.meta["models"]
+        if b[0] == b[1] and m[0] != m[1] and rng.random() < share:
+            e = replace(e, solution=e.solution[:-1] + "Y")
+        out.append(e)
+    return out
+
+
+def sft_stage(model, tokenizer, task: ProductPairs, steps: int, S: dict, seed: int, lr: float,
+              deficit: float = 0.0) -> dict:
+    """SFT on teacher rationales of noisy pairs (with :func:`plant_label_deficit` at ``deficit`` when it
+    is above 0); returns seconds, tokens and FLOPs."""
     from ..train import sft
 
     pool = task.examples(4000, seed=100 + seed, split="train")
+    if deficit > 0:
+        pool = plant_label_deficit(pool, deficit, seed)
     t0 = time.perf_counter()
     with one_torch_thread():
         sft(model, tokenizer, pool, steps=steps, batch_size=S["sft_batch"], lr=lr, seed=seed)
@@ -351,9 +373,11 @@ def rl_stage(model, tokenizer, task: ProductPairs, S: dict, seed: int, reward: s
 
 def run_seed(noise: float, seed: int, prof: Profile | None = None, ablation: bool = False) -> dict:
     """One seed at one noise level: LoRA SFT, then RL with the full reward. With ``ablation`` also RL
-    without the judge, a full fine-tune with the same SFT budget, and the positive control (the same RL
-    stage and reward from an adapter SFT'd for only ``control_sft_steps`` steps). Every arm is measured on
-    the same held-out pairs."""
+    without the judge, a full fine-tune with the same SFT budget, the format-channel sanity check (the
+    same RL stage and reward from an adapter SFT'd for only ``control_sft_steps`` steps), and the
+    label-channel control (the full SFT budget on demonstrations with a planted class-conditional label
+    error, then the same RL stage), the latter on the disjoint seed ``control_seed_offset + seed``.
+    Every arm is measured on the same held-out pairs."""
     from ..capstone.models import add_lora
 
     prof = prof or current_profile()
@@ -385,6 +409,13 @@ def run_seed(noise: float, seed: int, prof: Profile | None = None, ablation: boo
         out["weak SFT"] = measure(weak, tok, held)
         rl_stage(weak, tok, task, S, seed, reward_kwargs=S["weights"])
         out["weak SFT+RL"] = measure(weak, tok, held)
+        cseed = S["control_seed_offset"] + seed
+        torch.manual_seed(cseed)
+        planted = add_lora(copy.deepcopy(base), r=S["lora_r"], alpha=S["lora_alpha"], seed=cseed)
+        sft_stage(planted, tok, task, S["sft_steps"], S, cseed, S["sft_lr"], deficit=S["deficit"])
+        out["planted SFT"] = measure(planted, tok, held)
+        rl_stage(planted, tok, task, S, cseed, reward_kwargs=S["weights"])
+        out["planted SFT+RL"] = measure(planted, tok, held)
     return out
 
 
@@ -433,9 +464,18 @@ def claims(prof: Profile | None = None) -> dict[str, Claim]:
         baseline="SFT-LoRA+RL", kind="less", margin=0.01, **c)
     out["control"] = Claim(
         key="epm_rl/control-rl-lifts-weak-sft", role="positive control",
-        statement=f"positive control: the same RL stage lifts an adapter SFT'd for {S['control_sft_steps']} steps",
+        statement=f"pipeline sanity check (format channel): the same RL stage lifts an adapter SFT'd for only "
+        f"{S['control_sft_steps']} steps, which has the grammar still to learn",
         metric=f"greedy balanced accuracy, noise {hi:g}", method="weak SFT+RL", baseline="weak SFT",
         kind="greater", margin=0.02, **c)
+    out["label_control"] = Claim(
+        key="epm_rl/control-rl-repairs-planted-labels", role="positive control",
+        statement="label-channel control: the same RL stage lifts the balanced accuracy of a fully SFT'd adapter "
+        "whose demonstrations said Y on every same-brand, different-model pair (a planted class-conditional "
+        "label error), on seeds disjoint from the reported ones",
+        metric=f"greedy balanced accuracy, noise {hi:g}", method="planted SFT+RL", baseline="planted SFT",
+        kind="greater", margin=0.02, **c)
+    out[f"rl_{hi:g}"] = replace(out[f"rl_{hi:g}"], control=out["label_control"].key)
     return out
 
 
@@ -448,8 +488,11 @@ def verdicts(result: dict) -> dict:
     def arm(nz, name, key="accuracy"):
         return [r[name][key] for r in runs[nz]]
 
-    V = {f"rl_{nz:g}": evaluate(C[f"rl_{nz:g}"], arm(nz, "SFT-LoRA+RL"), arm(nz, "SFT-LoRA"), seconds=s)
+    label_control = evaluate(C["label_control"], arm(hi, "planted SFT+RL"), arm(hi, "planted SFT"), seconds=s)
+    V = {f"rl_{nz:g}": evaluate(C[f"rl_{nz:g}"], arm(nz, "SFT-LoRA+RL"), arm(nz, "SFT-LoRA"), seconds=s,
+                                control=label_control if C[f"rl_{nz:g}"].control else None)
          for nz in runs}
+    V["label_control"] = label_control
     V["ablation_accuracy"] = evaluate(C["ablation_accuracy"], arm(hi, "SFT-LoRA+RL (no judge)"),
                                       arm(hi, "SFT-LoRA+RL"), seconds=s)
     V["ablation_faithful"] = evaluate(C["ablation_faithful"], arm(hi, "SFT-LoRA+RL (no judge)", "faithful"),
