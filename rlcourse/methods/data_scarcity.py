@@ -35,8 +35,7 @@ import torch
 from ..data import register_prompt_sampler
 from ..profiles import Profile, profile as current_profile
 from ..tasks import Example, Task, register_task
-from .heapa import (FEEDBACK_KEY, CurriculumAddition, HeapPool, ToyCurriculum, informative_probability,
-                    rollouts_to_target, toy_accuracy, toy_prompts, toy_sizes)
+from .heapa import FEEDBACK_KEY, CurriculumAddition, ToyCurriculum, informative_probability, toy_sizes
 
 PAPER = ("A Survey of Reinforcement Learning for Large Language Models under Data Scarcity: Challenges and "
          "Solutions, Zhiyin Yu et al., 2026, arXiv:2604.17312")
@@ -414,123 +413,8 @@ register_task("scarcity_addition")(ScarcityAddition)
 
 # ---------------------------------------------------------------------- the exact toy
 TOY_ARMS = ("uniform", "pass_filter", "synth_easier", "heapa", "replay", "oracle")
-REPLAY = {"groups": 4, "capacity": 256, "alpha": 0.6, "tau": 10.0, "beta": 0.4, "clip": 0.2}
-
-
-def _toy_gradient(y, p_now, adv, level_ids, n_levels: int, weight=None, clip: float | None = None,
-                  p_old=None) -> np.ndarray:
-    """Per-level sum of ``w * A * (y - p_now)`` over the groups (the logit score of a Bernoulli);
-    with ``p_old``, each sample also carries PPO's ratio ``pi_now(y) / pi_old(y)`` and is dropped
-    where the clip at ``1 +- clip`` stops its gradient."""
-    g = adv * (y - p_now[:, None])
-    if p_old is not None:
-        ratio = np.where(y == 1, p_now[:, None] / p_old[:, None], (1 - p_now[:, None]) / (1 - p_old[:, None]))
-        clipped = ((adv > 0) & (ratio > 1 + clip)) | ((adv < 0) & (ratio < 1 - clip))
-        g = np.where(clipped, 0.0, ratio * g)
-    if weight is not None:
-        g = g * np.asarray(weight)[:, None]
-    out = np.zeros(n_levels)
-    np.add.at(out, level_ids, g.sum(1))
-    return out
-
-
-def toy_run(arm: str, seed: int, steps: int, prompts: int = 8, G: int = 8, toy: ToyCurriculum = ToyCurriculum(),
-            eval_every: int = 5, passes: float = 2.0) -> dict:
-    """GRPO on HeaPA's curriculum toy, the prompts chosen by ``arm``; the same seeds give every arm
-    the same seed prompts and held-out prompts.
-
-    ============  ======================================================================
-    arm           ``uniform``; ``pass_filter`` (:func:`eligible` with ``(0, 1)`` and a cooldown of ``passes``
-                  passes over the seed pool, :func:`cooldown_steps`);
-                  ``synth_easier`` (the filter; an all-failed prompt of level d spawns up to 2
-                  prompts of level d - 1 with its offset); ``heapa`` (:class:`HeapPool` with
-                  growth in the band (0.1, 0.7)); ``replay`` (uniform fresh groups plus
-                  :data:`REPLAY` ``groups`` replayed from a freshness-aware PER buffer, PPO's
-                  clipped ratio and PER weights on them); ``oracle`` (weights P(informative)
-                  of the TRUE pass rates)
-    returns       ``rollouts (E,)`` fresh rollouts spent at each check, ``accuracy (E,)``
-                  held-out mean pass rate, ``zero_var (steps,)`` share of all-equal fresh
-                  groups, ``pool (steps,)`` pool size
-    ============  ======================================================================
-    """
-    from ..replay import ReplayBuffer, group_priority
-
-    if arm not in TOY_ARMS:
-        raise ValueError(f"unknown toy arm {arm!r}; choose one of {TOY_ARMS}")
-    rng, gen = np.random.default_rng([seed, 11]), torch.Generator().manual_seed(seed)
-    levels, offsets = toy_prompts(toy, toy.per_level, np.random.default_rng([seed, 1]))
-    held = toy_prompts(toy, toy.held_per_level, np.random.default_rng([seed, 2]))
-    lv, off = list(levels), list(offsets)
-    rates, at, kids = [math.nan] * len(lv), [0] * len(lv), [0] * len(lv)
-    cooldown = cooldown_steps(len(lv), prompts, passes)
-    theta = np.array(toy.start, dtype=float)
-    hp = None
-    if arm == "heapa":
-        hp = HeapPool(len(lv))
-        for i in range(len(lv)):
-            hp.add(i)
-    buf = ReplayBuffer(REPLAY["capacity"], REPLAY["alpha"], REPLAY["tau"]) if arm == "replay" else None
-    curve_r, curve_a, zero_var, sizes = [0], [toy_accuracy(theta, held)], [], []
-    for step in range(1, steps + 1):
-        if arm == "uniform" or arm == "replay":
-            ids = torch.randperm(len(lv), generator=gen)[:prompts].tolist()
-        elif arm in ("pass_filter", "synth_easier"):
-            ids = filtered_draw(eligible(rates, at, step, 0.0, 1.0, cooldown), prompts, gen)
-        elif arm == "oracle":
-            w = torch.as_tensor(informative_probability(1 / (1 + np.exp(-(theta[lv] + np.array(off)))), G) + 1e-12)
-            ids = torch.multinomial(w, prompts, replacement=False, generator=gen).tolist()
-        else:
-            rids = hp.draw(prompts, gen, "medium")
-            ids = [hp.records[r].item for r in rids]
-        L, O = np.array(lv)[ids], np.array(off)[ids]
-        p = 1 / (1 + np.exp(-(theta[L] + O)))
-        y = (rng.random((len(ids), G)) < p[:, None]).astype(float)
-        std = y.std(1, ddof=1, keepdims=True)
-        adv = (y - y.mean(1, keepdims=True)) / (std + 1e-6)
-        grad = _toy_gradient(y, p, adv, L, toy.levels)
-        groups = len(ids)
-        if buf is not None:
-            buf.refresh(step)
-            if len(buf) >= REPLAY["groups"]:
-                slots, wts = buf.sample(REPLAY["groups"], torch.rand(REPLAY["groups"], generator=gen,
-                                                                     dtype=torch.float64).numpy(), REPLAY["beta"])
-                old = [buf.items[s] for s in slots.tolist()]
-                Lr = np.array([o[0] for o in old])
-                pn = 1 / (1 + np.exp(-(theta[Lr] + np.array([o[1] for o in old]))))
-                grad = grad + _toy_gradient(np.stack([o[2] for o in old]), pn, np.stack([o[3] for o in old]), Lr,
-                                            toy.levels, weight=wts, clip=REPLAY["clip"],
-                                            p_old=np.array([o[4] for o in old]))
-                groups += len(old)
-            for j in range(len(ids)):
-                buf.add((L[j], O[j], y[j], adv[j], p[j]), group_priority(torch.as_tensor(y[j]), "advantage"), step)
-        step_theta = grad / (groups * G)
-        theta = theta + toy.lr * step_theta
-        theta[1:] += toy.lr * toy.transfer * step_theta[:-1]
-        zero_var.append(float((std[:, 0] == 0).mean()))
-        for j, i in enumerate(ids):
-            rates[i], at[i] = float(y[j].mean()), step
-        if arm == "synth_easier":
-            for i in ids:
-                if rates[i] == 0.0 and kids[i] < 2 and lv[i] > 0:
-                    kids[i] += 1
-                    lv.append(lv[i] - 1)
-                    off.append(off[i])
-                    rates.append(math.nan), at.append(0), kids.append(0)
-        if hp is not None:
-            for r, i in zip(rids, ids):
-                hp.score(r, rates[i] * G, G)
-                rec = hp.records[r]
-                if 0.1 < rec.rate < 0.7 and len(rec.children) < 2:
-                    lv.append(lv[i])
-                    off.append(off[i] + rng.normal(0.0, toy.child_jitter))
-                    rates.append(math.nan), at.append(0), kids.append(0)
-                    hp.add(len(lv) - 1, parent=r)
-        sizes.append(len(hp) if hp is not None else len(lv))
-        if step % eval_every == 0 or step == steps:
-            curve_r.append(step * prompts * G)
-            curve_a.append(toy_accuracy(theta, held))
-    return {"rollouts": np.array(curve_r), "accuracy": np.array(curve_a), "zero_var": np.array(zero_var),
-            "pool": np.array(sizes), "theta": theta}
+# the runner is shared with the HeaPA chapter (one random stream for both): rlcourse.studies.curriculum_toy
+from ..studies.curriculum_toy import REPLAY, rollouts_to_target, toy_run  # noqa: E402,F401
 
 
 def summarise(runs: dict, target: float, budget: int) -> dict:
@@ -574,18 +458,20 @@ def toy_claims(budget: int, target: float) -> dict:
     metric = f"fresh rollouts until the held-out mean pass rate first reaches {target} (the budget if never)"
     src = "ours: the survey's data-centric branch (pruning/selection, synthesis) [secondary summary], tested here"
     common = dict(paper=PAPER, setting=setting, metric=metric, kind="less", margin=0.0, unit="{:.0f}", source=src)
-    out = {"control": Claim(key="data_scarcity/toy-oracle-control", role="positive control", statement="positive control: drawing prompts by "
+    control = "data_scarcity/toy-oracle-control"
+    out = {"control": Claim(key=control, role="positive control", statement="positive control: drawing prompts by "
                             "their true chance of an informative group needs fewer rollouts than uniform draws",
                             method="oracle", baseline="uniform", **common)}
     words = {"pass_filter": "filtering to 0 < p_hat < 1", "synth_easier": "the filter plus easier variants of failed prompts",
-             "heapa": "HeaPA's growing heap pool", "replay": "replaying past groups (freshness-aware PER)"}
+             "heapa": "HeaPA's growing heap pool", "replay": "replaying past groups (freshness-aware PER; the step "
+             "normalised by the fresh rollouts, as for every arm)"}
     for arm, w in words.items():
         out[arm] = Claim(key=f"data_scarcity/toy-arm-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
-                         "uniform prompt sampling", method=arm, baseline="uniform", **common)
+                         "uniform prompt sampling", method=arm, baseline="uniform", control=control, **common)
     out["synth_vs_filter"] = Claim(key="data_scarcity/toy-synth-beyond-filter", statement="adding easier variants of "
                                    "prompts the filter drops needs fewer rollouts than the filter alone (our reading: "
                                    "synthesis should help when the hard set is too hard)", method="synth_easier",
-                                   baseline="pass_filter", **common)
+                                   baseline="pass_filter", role="course hypothesis", control=control, **common)
     return out
 
 
@@ -693,5 +579,5 @@ def lm_claims(budget: int, gain: float) -> dict:
     for arm, w in words.items():
         out[arm] = Claim(key=f"data_scarcity/lm-arm-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
                          "uniform prompt sampling", method=arm, baseline="uniform", kind="less", margin=0.0,
-                         metric=metric, unit="{:.0f}", **common)
+                         metric=metric, unit="{:.0f}", control="data_scarcity/lm-uniform-learns", **common)
     return out
