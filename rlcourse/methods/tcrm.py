@@ -544,6 +544,36 @@ def oracle_scores(examples, walks) -> tuple[np.ndarray, np.ndarray]:
     return v, m
 
 
+def pair_target(exact: np.ndarray) -> np.ndarray:
+    """The regularisers' actual target under the pair data: ``W(h) = P_pair(valid | h)``.
+
+    A pair is one valid and one invalid walk of :math:`\mu` on the same prompt, so each prompt's walks
+    are half valid, half invalid, whatever its :math:`s = V^\mu(h_0)`. By Bayes,
+    ``W = V (1 - s) / (V (1 - s) + (1 - V) s)``: the odds of :math:`V^\mu` times ``(1 - s) / s``. It is
+    :math:`V^\mu` only where ``s = 1/2``.
+
+    ======= ============ ==========================================================
+    exact   ``(N, T+1)`` the exact :math:`V^\mu` along each walk (column 0: the prompt,
+                         whose value is ``s``), e.g. from :func:`oracle_scores`
+    return  ``(N, T+1)`` ``W`` at the same positions
+    ======= ============ ==========================================================
+    """
+    v = np.asarray(exact, float)
+    if v.ndim != 2 or np.any((v < 0) | (v > 1)):
+        raise ValueError("exact must be (N, T+1) values in [0, 1]")
+    s = v[:, :1]
+    if np.any((s <= 0) | (s >= 1)):
+        raise ValueError("a prompt with value 0 or 1 has no preference pair: s must lie in (0, 1)")
+    num = v * (1 - s)
+    return num / (num + (1 - v) * s)
+
+
+def pair_target_scores(examples, walks) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pair_target` in :func:`walk_scores`' layout (the regularisers' own ceiling)."""
+    v, m = oracle_scores(examples, walks)
+    return pair_target(v), m
+
+
 # ---------------------------------------------------------------------------------------- experiment
 def rm_data(prof: Profile, seed: int) -> dict:
     """Train pairs, held-out pairs, and calibration/test walks for the reward-model experiment."""
@@ -579,23 +609,27 @@ def score_all(scorer, data: dict) -> dict:
         sets[name] = (v, steps, truth)
     out["f1"], out["tau"] = first_error_f1(sets["cal"], sets["test"])
     e, w = data["test"]
-    out["value_r2"] = value_r2(sets["test"][0], oracle_scores(e, w)[0], sets["test"][1])
+    exact = oracle_scores(e, w)[0]
+    out["value_r2"] = value_r2(sets["test"][0], exact, sets["test"][1])
+    out["target_r2"] = value_r2(sets["test"][0], pair_target(exact), sets["test"][1])
     return out
 
 
 def rm_experiment(prof: Profile | None = None, seeds: int | None = None) -> dict:
     """BT-only against TCRM (BT + MC + TD) on walk pairs over seeds, with the exact value function
-    as the ceiling. Returns per-arm lists of metrics, one per seed, the models of seed 0, and times."""
+    (``oracle``) and the regularisers' pair-data target (``pair target``, :func:`pair_target`) as
+    ceilings. Returns per-arm lists of metrics, one per seed, the models of seed 0, and times."""
     prof = prof or current_profile()
     s = rm_sizes(prof)
     seeds = s["seeds"] if seeds is None else seeds
     tok = build_tokenizer()
     arms = {"BT": (0.0, 0.0), "TCRM": (s["lam_mc"], s["lam_td"])}
-    res = {a: [] for a in arms} | {"oracle": []}
+    res = {a: [] for a in arms} | {"oracle": [], "pair target": []}
     models, logs, t0 = {}, {}, time.perf_counter()
     for seed in range(seeds):
         data = rm_data(prof, seed)
         res["oracle"].append(score_all(oracle_scores, data))
+        res["pair target"].append(score_all(pair_target_scores, data))
         for arm, (lm, lt) in arms.items():
             torch.manual_seed(seed)
             rm = new_reward_model(tok, prof, seed)
@@ -725,8 +759,9 @@ def state_bytes(trainer) -> dict:
 
 def ppo_experiment(rm: ScalarHeadModel, tokenizer, prof: Profile | None = None, seeds: int | None = None) -> dict:
     """PPO from the data policy with a TCRM reward, two ways: a separate critic (``gae``, a critic
-    initialised from the policy and trained) and the unified model (``tcrm_gae``: the reward model's
-    own values). Returns per arm and seed: the true validity curve, median step time, state bytes."""
+    initialised from the reward model, as is usual in RLHF, and trained) and the unified model
+    (``tcrm_gae``: the reward model's own values, frozen). Returns per arm and seed: the true validity
+    curve, median step time, state bytes."""
     from ..train import RLConfig, Trainer
 
     prof = prof or current_profile()
@@ -748,7 +783,11 @@ def ppo_experiment(rm: ScalarHeadModel, tokenizer, prof: Profile | None = None, 
                            max_completion_length=WALK_LENGTH + 1, steps=s["ppo_steps"], learning_rate=s["ppo_lr"],
                            reward="tcrm_score", reward_kwargs={"reward_model": name}, whiten_advantages=True,
                            progress=False, seed=seed, lam=0.95, **parts)
-            tr = Trainer(copy.deepcopy(base), tokenizer, task, cfg, eval_examples=test_prompts())
+            critic = None
+            if arm == "separate critic":
+                critic = copy.deepcopy(rm)
+                critic.requires_grad_(True)
+            tr = Trainer(copy.deepcopy(base), tokenizer, task, cfg, eval_examples=test_prompts(), value_model=critic)
             curve = [(0, base_validity)]
             while tr.step_count < cfg.steps:
                 tr.train(min(cfg.steps, tr.step_count + s["ppo_eval_every"]))
