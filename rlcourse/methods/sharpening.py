@@ -241,9 +241,11 @@ def toy_train(toy: dict, reward: str, seed: int, steps: int = 300, group: int = 
               beta: float = 0.1, init_noise: float = 0.0) -> dict:
     """Sampled policy-gradient training of per-prompt softmax policies ``pi = softmax(z)`` (one logit
     per candidate), started at the base, with ``group`` samples a prompt and step, advantages
-    ``r - mean(r)`` per group, and the exact gradient of ``-beta KL(pi || pi_base)`` added. The
-    stationary point is the Gibbs optimum of the reward (:func:`kl_regularized_optimum`) for the
-    frozen rewards; ``self_loglik`` scores with the current ``log pi``. ``init_noise`` perturbs the
+    ``r - mean(r)`` per group, and the exact gradient of ``-beta KL(pi || pi_base)`` added. The group
+    mean includes the sample itself, which scales the reward's expected gradient by ``(G - 1) / G``, so
+    for the frozen rewards the stationary point is the Gibbs optimum (:func:`kl_regularized_optimum`)
+    at the effective ``beta G / (G - 1)``: for ``base_loglik`` with ``beta = 0.1`` and ``G = 8`` that is
+    ``pi_base ** 9.75``, not ``** 11``; ``self_loglik`` scores with the current ``log pi``. ``init_noise`` perturbs the
     starting logits (Gaussian, per candidate).
 
     Returns per-step curves ``accuracy``, ``length``, ``entropy`` (means over prompts, ``(steps+1,)``),
@@ -553,8 +555,12 @@ def toy_claims() -> dict[str, Claim]:
                                     baseline="base log-likelihood (sharpening)", kind="greater", margin=0.0,
                                     **common),
         "self_unstable": Claim(key="sharpening/toy-self-reward-seed-dependent",
-                               statement="the approach [is] fundamentally unstable", source="abstract (about "
+                               statement="our variant, not the paper's object: a self-referential likelihood reward "
+                               "(the current policy's own log-probability) ends in seed-dependent modes (the "
+                               "abstract calls sharpening 'fundamentally unstable'; frozen-base sharpening with a "
+                               "KL term has a unique optimum, so it is not tested here)", source="abstract (about "
                                "sharpening); the self-referential variant and the metric are ours",
+                               role="course hypothesis",
                                paper=PAPER, setting=common["setting"],
                                metric="share of prompts whose final mode differs from the majority of the seeds",
                                method="self log-likelihood", baseline="task reward", kind="greater", margin=0.0),
@@ -588,7 +594,10 @@ def lm_claims() -> dict[str, Claim]:
                                     method="task reward", baseline="base log-likelihood (sharpening)",
                                     kind="greater", margin=0.0, **common),
         "self_unstable": Claim(key="sharpening/lm-self-reward-seed-dependent",
-                               statement="the approach [is] fundamentally unstable",
+                               statement="our variant, not the paper's object: a self-referential likelihood reward "
+                               "(the current policy's own log-probability) ends in seed-dependent answers (the "
+                               "abstract calls sharpening 'fundamentally unstable'; frozen-base sharpening with a "
+                               "KL term has a unique optimum, so it is not tested here)", role="course hypothesis",
                                source="abstract (about sharpening); the self-referential variant and the metric "
                                       "are ours", paper=PAPER, setting=LM_SETTING,
                                metric="share of held-out prompts whose greedy answer differs from the majority "
