@@ -520,9 +520,11 @@ def bandit_claims(cfg: BanditConfig) -> dict[str, Claim]:
     common = dict(paper=PAPER, setting=_bandit_setting(cfg), margin=0.0, paper_number="not given in the abstract")
     k = cfg.k
     return {
-        "pass": Claim(key="compute_aligned/bandit-passk", statement=ABSTRACT_CLAIM + f" (here: pass@{k})",
-                      source="abstract", metric=f"exact pass@{k}, mean over prompts", method=f"pass@{k}-aligned",
-                      baseline="standard", kind="greater", **common),
+        "pass": Claim(key="compute_aligned/bandit-passk", statement=ABSTRACT_CLAIM + f" (here: pass@{k}; a "
+                      "mechanism check: the aligned arm ascends the exact pass@k it is scored on, so its win is "
+                      "close to guaranteed)", source="abstract", metric=f"exact pass@{k}, mean over prompts",
+                      method=f"pass@{k}-aligned", baseline="standard", kind="greater", role="course hypothesis",
+                      **common),
         "maj": Claim(key="compute_aligned/bandit-majk", statement=ABSTRACT_CLAIM + f" (here: maj@{k})",
                      source="abstract", metric=f"exact maj@{k}, mean over prompts", method=f"maj@{k}-aligned",
                      baseline="standard", kind="greater", **common),
@@ -640,12 +642,102 @@ def lm_claims(sz: dict, lr: float) -> dict[str, Claim]:
     }
 
 
-def lm_verdicts(out: dict) -> dict[str, Verdict]:
+def lm_verdicts(out: dict, control: Verdict | None = None) -> dict[str, Verdict]:
+    """The LM claims; ``control`` (the verdict of :func:`lm_control_verdict`), when given, gates the
+    pass@k claim: uninformative unless the control showed the comparison can register a difference."""
     sz, s = out["sizes"], out["seconds"]
     c = lm_claims(sz, out["lr"])
+    if control is not None:
+        c["pass"] = replace(c["pass"], control=LM_CONTROL_KEY)
     get = lambda arm, key, i: [cv[key][i] for cv in out["curves"][arm]]  # noqa: E731
-    control = replace(c["control"], reference=float(out["base"]["pass"][0]))
+    moved = replace(c["control"], reference=float(out["base"]["pass"][0]))
     return {"pass": evaluate(c["pass"], get("pass@k-aligned", "pass", -1), get("standard (RLOO)", "pass", -1),
-                             seconds=s),
+                             seconds=s, control=control),
             "maj": evaluate(c["maj"], get("maj@k-aligned", "maj", -1), get("standard (RLOO)", "maj", -1), seconds=s),
-            "control": evaluate(control, get("standard (RLOO)", "pass", 0), seconds=s)}
+            "control": evaluate(moved, get("standard (RLOO)", "pass", 0), seconds=s)}
+
+
+# ---------------------------------------------------------------------- an LM control that can show a difference
+def select_hard(correct, hi: float = 0.25) -> np.ndarray:
+    """Indices of the prompts whose estimated pass rate ``p`` lies in ``(0, hi]``: solvable, but rarely.
+
+    ======= ========== =============================================
+    correct ``(P, n)`` 0/1 outcomes of ``n`` samples of each prompt
+    return  ``(H,)``   the kept prompts' indices, in order
+    ======= ========== =============================================
+
+    On such prompts the pass@k weight ``k (1 - p)^(k - 1)`` is near its largest, ``k``, while the
+    standard objective's weight is 1, so an aligned and a standard run should differ most there.
+    """
+    c = np.asarray(correct, dtype=float)
+    if c.ndim != 2 or c.shape[1] < 1:
+        raise ValueError(f"correct must be (prompts, samples), got shape {c.shape}")
+    if not 0 < hi < 1:
+        raise ValueError(f"hi must lie in (0, 1), got {hi}")
+    p = c.mean(1)
+    return np.flatnonzero((p > 0) & (p <= hi))
+
+
+def run_lm_control(P: Profile, lr: float = 1e-4, strength: str = "weak", seeds: int | None = None,
+                   candidates: int | None = None, hi: float = 0.25) -> dict:
+    """The LM positive control for the aligned-vs-standard comparison: train and evaluate on *hard*
+    prompts only (:func:`select_hard`, the base model's pass rate in ``(0, hi]`` from 16 samples), with
+    train-time k equal to the evaluated k, RLOO against the pass@k-aligned estimator. Returns
+    ``pass[arm]`` (per seed, pass@k at the train-time k on the hard held-out prompts), the numbers of
+    hard prompts, ``sizes`` and ``seconds``."""
+    from ..lm import load_base_model
+    from ..tasks import get_task
+    from ..testtime import evaluate_samples, pass_at_k_curve
+    from ..train import RLConfig, Trainer
+
+    sz, t0 = lm_sizes(P), time.perf_counter()
+    n_seeds = sz["seeds"] if seeds is None else seeds
+    cand = P.pick(smoke=16, book=256) if candidates is None else candidates
+    task = get_task("addition")
+    arms = ("standard (RLOO)", "pass@k-aligned")
+    out = {"pass": {a: [] for a in arms}}
+    with one_torch_thread():
+        base, tok = load_base_model("addition", strength, prof=P, progress=False)
+        pools = {}
+        for split, seed in (("train", 3000), ("test", 2000)):
+            ex = task.examples(cand, seed=seed, split=split)
+            ev = evaluate_samples(base, tok, ex, 16, 10, torch.Generator().manual_seed(seed))
+            keep = select_hard(ev["correct"], hi)
+            pools[split] = [ex[int(i)] for i in keep] or ex[:2]  # (smoke: a tiny base may solve none)
+        held = pools["test"]
+        for arm in arms:
+            parts = LM_ARMS[arm]
+            for seed in range(n_seeds):
+                kw = {"subset_size": sz["k"], **parts.get("advantage_kwargs", {})}
+                cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts_per_step"], steps=sz["steps"],
+                               learning_rate=lr, max_completion_length=10, seed=seed, progress=False,
+                               advantage_estimator=parts["advantage_estimator"], advantage_kwargs=kw)
+                torch.manual_seed(seed)
+                trainer = Trainer(copy.deepcopy(base), tok, task, cfg, train_examples=pools["train"],
+                                  eval_examples=held[:4])
+                trainer.train()
+                ev = evaluate_samples(trainer.model, tok, held, sz["n"], 10, torch.Generator().manual_seed(1 + seed))
+                out["pass"][arm].append(float(pass_at_k_curve(ev["correct"], (sz["k"],))[0]))
+    out.update(hard={s: len(v) for s, v in pools.items()}, sizes=sz, lr=lr, seconds=time.perf_counter() - t0)
+    return out
+
+
+LM_CONTROL_KEY = "compute_aligned/lm-control-aligned-differs"
+
+
+def lm_control_claim(sz: dict, lr: float) -> Claim:
+    """The positive control of :func:`run_lm_control`: the comparison can register an aligned-vs-standard
+    difference where the objectives differ most."""
+    return Claim(key=LM_CONTROL_KEY, role="positive control", paper=PAPER, source="this chapter",
+                 statement=f"on hard prompts (base pass rate at most 0.25) with train-time k = evaluated k = "
+                           f"{sz['k']}, pass@k-aligned training ends with a higher pass@{sz['k']} than RLOO: the LM "
+                           "comparison can show a difference where the two objectives' weights differ most",
+                 setting=_lm_setting(sz, lr) + "; training and held-out prompts restricted to the hard ones",
+                 metric=f"pass@{sz['k']} on hard held-out prompts", method="pass@k-aligned",
+                 baseline="standard (RLOO)", kind="greater", margin=0.0)
+
+
+def lm_control_verdict(out: dict) -> Verdict:
+    """:func:`lm_control_claim` evaluated on :func:`run_lm_control`'s output."""
+    c = lm_control_claim(out["sizes"], out["lr"])
+    return evaluate(c, out["pass"]["pass@k-aligned"], out["pass"]["standard (RLOO)"], seconds=out["seconds"])

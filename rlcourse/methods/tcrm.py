@@ -547,13 +547,13 @@ def oracle_scores(examples, walks) -> tuple[np.ndarray, np.ndarray]:
 def pair_target(exact: np.ndarray) -> np.ndarray:
     """The regularisers' actual target under the pair data: ``W(h) = P_pair(valid | h)``.
 
-    A pair is one valid and one invalid walk of :math:`\mu` on the same prompt, so each prompt's walks
-    are half valid, half invalid, whatever its :math:`s = V^\mu(h_0)`. By Bayes,
-    ``W = V (1 - s) / (V (1 - s) + (1 - V) s)``: the odds of :math:`V^\mu` times ``(1 - s) / s``. It is
-    :math:`V^\mu` only where ``s = 1/2``.
+    A pair is one valid and one invalid walk of :math:`\\mu` on the same prompt, so each prompt's walks
+    are half valid, half invalid, whatever its :math:`s = V^\\mu(h_0)`. By Bayes,
+    ``W = V (1 - s) / (V (1 - s) + (1 - V) s)``: the odds of :math:`V^\\mu` times ``(1 - s) / s``. It is
+    :math:`V^\\mu` only where ``s = 1/2``.
 
     ======= ============ ==========================================================
-    exact   ``(N, T+1)`` the exact :math:`V^\mu` along each walk (column 0: the prompt,
+    exact   ``(N, T+1)`` the exact :math:`V^\\mu` along each walk (column 0: the prompt,
                          whose value is ``s``), e.g. from :func:`oracle_scores`
     return  ``(N, T+1)`` ``W`` at the same positions
     ======= ============ ==========================================================
