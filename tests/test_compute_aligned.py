@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import rlcourse
+from rlcourse.claims import evaluate
 from scipy import stats
 
 from rlcourse.advantages import get_estimator, place_on_last_token
@@ -299,6 +300,6 @@ def test_lm_pass_claim_is_gated_on_the_difference_control():
     assert ctrl.role == "positive control" and ctrl.key == C.LM_CONTROL_KEY
     out = {"sizes": sz, "seconds": 0.0, "lr": 1e-4, "base": {"pass": [0.1] * 4, "maj": [0.1] * 3},
            "curves": {a: [{"pass": [0.2, 0.3, 0.4, 0.5], "maj": [0.2, 0.2, 0.2]}] for a in C.LM_ARMS}}
-    v_ctrl = C.evaluate(ctrl, [0.5], [0.4])  # one seed: inconclusive, so the gated claim is uninformative
+    v_ctrl = evaluate(ctrl, [0.5], [0.4])  # one seed: inconclusive, so the gated claim is uninformative
     assert C.lm_verdicts(out, control=v_ctrl)["pass"].verdict == "uninformative"
     assert C.lm_verdicts(out)["pass"].verdict == "inconclusive"
