@@ -10,7 +10,7 @@ import numpy as np
 from ..methods.data_scarcity import (MEMORY_KEY, PAPER, ScarcityAddition)  # noqa: F401
 from ..profiles import Profile, profile as current_profile
 from .curriculum_toy import ToyCurriculum
-from .heapa import toy_sizes
+from .heapa import summarise_runs, toy_sizes
 
 
 # ---------------------------------------------------------------------- the exact toy
@@ -19,34 +19,13 @@ TOY_ARMS = ("uniform", "pass_filter", "synth_easier", "heapa", "replay", "oracle
 from .curriculum_toy import REPLAY, rollouts_to_target, toy_run  # noqa: E402,F401
 
 
-def summarise(runs: dict, target: float, budget: int) -> dict:
-    """Per arm over seeds: rollouts to ``target`` (censored at ``budget``), how many were censored,
-    accuracy at the budget (the last check), all-equal share of the fresh groups."""
-    out = {"to_target": {}, "censored": {}, "final": {}, "zero_var": {}}
-    for a, rs in runs.items():
-        hits = [rollouts_to_target(r["rollouts"], r["accuracy"], target, budget) for r in rs]
-        out["to_target"][a] = np.array([h[0] for h in hits])
-        out["censored"][a] = int(sum(h[1] for h in hits))
-        out["final"][a] = np.array([r["accuracy"][-1] for r in rs])
-        out["zero_var"][a] = np.array([r["zero_var"].mean() for r in rs])
-    return out
-
-
 def toy_experiment(prof: Profile | None = None, arms: tuple = TOY_ARMS, steps: int | None = None,
                    toy: ToyCurriculum = ToyCurriculum()) -> dict:
     """Every arm on the same seeds at HeaPA's toy sizes (:func:`~rlcourse.methods.heapa.toy_sizes`:
     8 prompts x 8 rollouts a step, target 0.75); ``steps`` overrides the budget."""
-    prof = prof or current_profile()
-    sz = dict(toy_sizes(prof))
-    if steps is not None:
-        sz["steps"] = steps
-    budget = sz["steps"] * sz["prompts"] * sz["G"]
-    t0 = time.perf_counter()
-    runs = {a: [toy_run(a, s, sz["steps"], sz["prompts"], sz["G"], toy=toy, eval_every=sz["eval_every"])
-                for s in range(sz["seeds"])] for a in arms}
-    out = {"sizes": sz, "budget": budget, "runs": runs, **summarise(runs, sz["target"], budget)}
-    out["seconds"] = time.perf_counter() - t0
-    return out
+    from .heapa import toy_experiment as curriculum_experiment  # the same runner, random stream and summary
+
+    return curriculum_experiment(prof, arms=arms, toy=toy, steps=steps)
 
 
 def toy_claims(budget: int, target: float) -> dict:
@@ -104,10 +83,10 @@ def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
     the same prompts), the prompts and samples chosen by ``LM_ARMS[arm]`` through the config.
     Returns greedy accuracy per level at each check against fresh rollouts spent, the all-equal
     share per step and the final pool size."""
-    from ..lm.zoo import greedy_accuracy, load_base_model
+    from ..lm.zoo import load_base_model
     from ..profiles import one_torch_thread
     from ..train import RLConfig, Trainer
-    from .heapa import _held_by_level
+    from .heapa import _held_by_level, seed_pool, train_with_checks
 
     if arm not in LM_ARMS:
         raise ValueError(f"unknown LM arm {arm!r}; choose one of {sorted(LM_ARMS)}")
@@ -116,28 +95,13 @@ def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
     task = ScarcityAddition()
     model, tok = load_base_model("heapa_addition", strength=sz["strength"], prof=prof, progress=False)
     held = _held_by_level(task, sz["held"])
-    seen, pool = set(), []
-    for e in task.examples(10 * sz["pool"], seed=1000 + seed, split="train"):
-        if e.prompt not in seen and len(pool) < sz["pool"]:
-            seen.add(e.prompt)
-            pool.append(e)
+    pool = seed_pool(task, sz["pool"], seed)
     cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], max_completion_length=12,
                    steps=sz["steps"], learning_rate=sz["lr"], seed=seed, progress=False, **LM_ARMS[arm])
     t0 = time.perf_counter()
     with one_torch_thread():
         trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=held[1][:1])
-
-        def check():
-            return [greedy_accuracy(trainer.model, tok, task, held[d], max_new_tokens=12) for d in sorted(held)]
-
-        curve, rollouts, zero = [check()], [0], []
-        while trainer.step_count < sz["steps"]:
-            m = trainer.step()
-            zero.append(m["frac_zero_std_groups"])
-            if trainer.step_count % sz["eval_every"] == 0 or trainer.step_count == sz["steps"]:
-                curve.append(check())
-                rollouts.append(trainer.step_count * sz["prompts"] * sz["G"])
-    acc = np.array(curve)
+        acc, rollouts, zero = train_with_checks(trainer, tok, task, held, sz)
     st = trainer.state
     size = len(st[MEMORY_KEY]["items"]) if MEMORY_KEY in st else len(st["heapa"]) if "heapa" in st else len(pool)
     return {"rollouts": np.array(rollouts), "by_level": acc, "accuracy": acc.mean(1), "zero_var": np.array(zero),
@@ -156,7 +120,7 @@ def lm_experiment(prof: Profile | None = None, arms: tuple | None = None) -> dic
     base = float(runs[arms[0]][0]["accuracy"][0])
     target, budget = base + sz["gain"], sz["steps"] * sz["prompts"] * sz["G"]
     out = {"sizes": sz, "runs": runs, "base": base, "base_by_level": runs[arms[0]][0]["by_level"][0],
-           "target": target, "budget": budget, **summarise(runs, target, budget)}
+           "target": target, "budget": budget, **summarise_runs(runs, target, budget)}
     out["seconds"] = time.perf_counter() - t0
     return out
 

@@ -25,10 +25,45 @@ def toy_sizes(prof: Profile) -> dict:
             "seeds": prof.toy_seeds, "eval_every": 5}
 
 
+def summarise_runs(runs: dict, target: float, budget: int) -> dict:
+    """Per arm over seeds: rollouts to ``target`` (censored at ``budget``), how many runs were censored,
+    the mean accuracy over the checks (``auc``), the all-equal share of the groups and the accuracy at
+    the budget (``final``)."""
+    out = {"to_target": {}, "censored": {}, "auc": {}, "zero_var": {}, "final": {}}
+    for a, rs in runs.items():
+        hits = [rollouts_to_target(r["rollouts"], r["accuracy"], target, budget) for r in rs]
+        out["to_target"][a] = np.array([h[0] for h in hits])
+        out["censored"][a] = int(sum(h[1] for h in hits))
+        out["auc"][a] = np.array([r["accuracy"].mean() for r in rs])
+        out["zero_var"][a] = np.array([r["zero_var"].mean() for r in rs])
+        out["final"][a] = np.array([r["accuracy"][-1] for r in rs])
+    return out
+
+
+def train_with_checks(trainer, tok, task, held: dict, sz: dict) -> tuple[np.ndarray, list, list]:
+    """Run ``trainer`` for ``sz["steps"]`` steps, checking greedy accuracy per level of ``held`` before and
+    every ``sz["eval_every"]`` steps. Returns ``(accuracy (checks, levels), rollouts per check, all-equal
+    share per step)``."""
+    from ..lm.zoo import greedy_accuracy
+
+    def check():
+        return [greedy_accuracy(trainer.model, tok, task, held[d], max_new_tokens=12) for d in sorted(held)]
+
+    curve, rollouts, zero = [check()], [0], []
+    while trainer.step_count < sz["steps"]:
+        m = trainer.step()
+        zero.append(m["frac_zero_std_groups"])
+        if trainer.step_count % sz["eval_every"] == 0 or trainer.step_count == sz["steps"]:
+            curve.append(check())
+            rollouts.append(trainer.step_count * sz["prompts"] * sz["G"])
+    return np.array(curve), rollouts, zero
+
+
 def toy_experiment(prof: Profile | None = None, arms: tuple = TOY_ARMS, toy: ToyCurriculum = ToyCurriculum(),
                    low_fraction: float = 0.5, steps: int | None = None) -> dict:
     """Every arm on the same seeds: curves, rollouts to target (with censoring), zero-variance shares,
-    area under the accuracy curve (mean accuracy over the checks, a censoring-free summary).
+    area under the accuracy curve (mean accuracy over the checks, a censoring-free summary), and the
+    accuracy at the budget (``final``).
     ``steps`` overrides the profile's budget (in steps of 8 x 8 rollouts)."""
     prof = prof or current_profile()
     sz = dict(toy_sizes(prof))
@@ -39,13 +74,7 @@ def toy_experiment(prof: Profile | None = None, arms: tuple = TOY_ARMS, toy: Toy
     runs = {a: [toy_run(a, s, sz["steps"], sz["prompts"], sz["G"], toy=toy, eval_every=sz["eval_every"],
                         low_fraction=low_fraction)
                 for s in range(sz["seeds"])] for a in arms}
-    out = {"sizes": sz, "budget": budget, "runs": runs, "to_target": {}, "censored": {}, "auc": {}, "zero_var": {}}
-    for a, rs in runs.items():
-        hits = [rollouts_to_target(r["rollouts"], r["accuracy"], sz["target"], budget) for r in rs]
-        out["to_target"][a] = np.array([h[0] for h in hits])
-        out["censored"][a] = int(sum(h[1] for h in hits))
-        out["auc"][a] = np.array([r["accuracy"].mean() for r in rs])
-        out["zero_var"][a] = np.array([r["zero_var"].mean() for r in rs])
+    out = {"sizes": sz, "budget": budget, "runs": runs, **summarise_runs(runs, sz["target"], budget)}
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -100,6 +129,16 @@ def lm_sizes(prof: Profile) -> dict:
             "gain": 0.10, "seeds": prof.seeds, "strength": 0.5, "lr": prof.rl_lr}
 
 
+def seed_pool(task, n: int, seed: int) -> list:
+    """``n`` distinct training prompts of ``task`` for the LM run of ``seed`` (drawn with seed ``1000 + seed``)."""
+    seen, pool = set(), []
+    for e in task.examples(10 * n, seed=1000 + seed, split="train"):
+        if e.prompt not in seen and len(pool) < n:
+            seen.add(e.prompt)
+            pool.append(e)
+    return pool
+
+
 def _held_by_level(task: CurriculumAddition, n: int) -> dict:
     ex = task.examples(40 * n, seed=123, split="test")
     return {d: [e for e in ex if e.meta["digits"] == d][:n] for d in range(1, task.max_digits + 1)}
@@ -109,7 +148,7 @@ def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
     """GRPO on ``heapa_addition`` from the cached base model, prompts chosen by ``arm`` (``uniform``
     over the fixed seed pool, or ``heapa`` with growth). Returns the greedy accuracy per level at
     each check against rollouts spent, and the share of all-equal groups per step."""
-    from ..lm.zoo import greedy_accuracy, load_base_model
+    from ..lm.zoo import load_base_model
     from ..profiles import one_torch_thread
     from ..tasks import get_task
     from ..train import RLConfig, Trainer
@@ -121,11 +160,7 @@ def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
     task = get_task("heapa_addition")
     model, tok = load_base_model(task, strength=sz["strength"], prof=prof, progress=False)
     held = _held_by_level(task, sz["held"])
-    seen, pool = set(), []
-    for e in task.examples(10 * sz["pool"], seed=1000 + seed, split="train"):
-        if e.prompt not in seen and len(pool) < sz["pool"]:
-            seen.add(e.prompt)
-            pool.append(e)
+    pool = seed_pool(task, sz["pool"], seed)
     cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], max_completion_length=12,
                    steps=sz["steps"], learning_rate=sz["lr"], seed=seed, progress=False,
                    prompt_sampler="uniform" if arm == "uniform" else "heapa",
@@ -133,19 +168,7 @@ def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
     t0 = time.perf_counter()
     with one_torch_thread():
         trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=held[1][:1])
-
-        def check():
-            return {d: greedy_accuracy(trainer.model, tok, task, ex, max_new_tokens=12) for d, ex in held.items()}
-
-        curve, rollouts = [check()], [0]
-        zero = []
-        while trainer.step_count < sz["steps"]:
-            m = trainer.step()
-            zero.append(m["frac_zero_std_groups"])
-            if trainer.step_count % sz["eval_every"] == 0 or trainer.step_count == sz["steps"]:
-                curve.append(check())
-                rollouts.append(trainer.step_count * sz["prompts"] * sz["G"])
-    acc = np.array([[c[d] for d in sorted(c)] for c in curve])
+        acc, rollouts, zero = train_with_checks(trainer, tok, task, held, sz)
     return {"rollouts": np.array(rollouts), "by_level": acc, "accuracy": acc.mean(1), "zero_var": np.array(zero),
             "seconds": time.perf_counter() - t0,
             "pool": len(trainer.state["heapa"]) if "heapa" in trainer.state else len(pool)}
@@ -162,14 +185,7 @@ def lm_experiment(prof: Profile | None = None) -> dict:
     target = base + sz["gain"]
     budget = sz["steps"] * sz["prompts"] * sz["G"]
     out = {"sizes": sz, "runs": runs, "base": base, "base_by_level": runs["uniform"][0]["by_level"][0],
-           "target": target, "budget": budget, "to_target": {}, "censored": {}, "auc": {}, "zero_var": {}, "final": {}}
-    for a, rs in runs.items():
-        hits = [rollouts_to_target(r["rollouts"], r["accuracy"], target, budget) for r in rs]
-        out["to_target"][a] = np.array([h[0] for h in hits])
-        out["censored"][a] = int(sum(h[1] for h in hits))
-        out["auc"][a] = np.array([r["accuracy"].mean() for r in rs])
-        out["zero_var"][a] = np.array([r["zero_var"].mean() for r in rs])
-        out["final"][a] = np.array([r["accuracy"][-1] for r in rs])
+           "target": target, "budget": budget, **summarise_runs(runs, target, budget)}
     out["seconds"] = time.perf_counter() - t0
     return out
 
