@@ -18,7 +18,7 @@ holds (the uniform penalty's 0.319 [0.265, 0.373] holds as well); equal accuracy
 hold); gate against uniform at matched shortening, hard bucket +0.013 [0.008, 0.018] at margin 0.01,
 inconclusive; uniform hurts the hardest bucket -0.022 [-0.022, -0.021], holds (course hypothesis); the
 gate keeps it, -0.001 [-0.002, 0.000], holds (mechanism check). The LM verdicts were not re-run.
-
+"""
 import numpy as np
 import pytest
 
