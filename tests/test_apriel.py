@@ -245,3 +245,16 @@ def test_adaptive_sampler_refuses_blind_steps_and_tasks_without_domains():
     addition = get_task("addition")
     with pytest.raises(ValueError, match="'domain'"):
         sampler(pool=addition.examples(10, seed=0), n=2, generator=g, state={}, task=addition, step=1)
+
+
+def test_shortening_and_matched_accuracy():
+    none = np.array([[10.0, 10.0], [8.0, 12.0]])
+    assert np.allclose(A.shortening(none / 2, none), [0.5, 0.5])
+    x = np.array([[0.1, 0.3, 0.2], [0.0, 0.2, 0.4]])  # unsorted on purpose
+    y = np.array([[0.9, 0.7, 0.8], [1.0, 0.8, 0.6]])
+    acc, inside = A.matched_accuracy(np.array([0.25, 0.5]), x, y)
+    assert np.allclose(acc, [0.75, 0.6]) and inside.tolist() == [True, False]
+    with pytest.raises(ValueError, match="sweep_short"):
+        A.matched_accuracy(np.zeros(3), x, y)
+    with pytest.raises(ValueError, match="seeds, buckets"):
+        A.shortening(np.zeros(3), np.zeros(3))

@@ -2,24 +2,22 @@
 
 The thresholds follow from the claims as the chapter states them, fixed before the run: the adaptive
 sampler holds the simulated targets within 0.01 and the language model's within 0.05 of share, and
-beats the static mixture by more than 0.05; the difficulty-aware (gated) penalty shortens mean
-length by more than 10% with mean accuracy within 0.03 of no penalty, and keeps the hardest
-bucket's accuracy within 0.01; the uniform penalty lowers it by more than 0.01; the strong penalty
-(positive control) shortens by more than 10%.
+beats the static mixture by more than 0.05; the strong penalty (positive control) shortens by more
+than 10%; the gated penalty shortens by more than 10%, and the uniform penalty lowers the hardest
+bucket's accuracy by more than 0.01. The equal-accuracy and matched-shortening claims are evaluated
+(one accuracy margin, 0.01, for every accuracy claim), and their verdicts checked to be gated on the
+control, not asserted.
 
-The chapter's book execution of 2 Dec 2026 (12:19-12:23 UTC; 224 s wall, 63 s CPU, load 8 to 13 on
-the shared 2-core machine; the bandit 9 s, the language-model runs 175 s) gave, over 5 bandit seeds
-(100-104) and 3 LM seeds: simulated max share error 0.003 (static mixture 0.190), [-0.009, -0.005]
-below 0.01, holds; LM adaptive 0.012 (per seed 0.017, 0.007, 0.012) vs static 0.287 (0.312, 0.241,
-0.309): below 0.05 [-0.043, -0.033], holds; below static by more than 0.05 [-0.297, -0.234], holds;
-gate length reduction 0.266 [0.238, 0.298], holds (mean lengths per bucket 11.2 / 13.0 / 15.9
-without a penalty, 4.8 / 8.8 / 15.7 gated, 4.6 / 8.6 / 14.0 uniform); mean accuracy 0.787 vs 0.799,
-change -0.012 [-0.016, -0.007], within 0.03, holds; hardest bucket uniform 0.476 vs 0.498, -0.022
-[-0.022, -0.021], holds; gated 0.497, -0.001 [-0.002, -0.000], holds; control (uniform gamma 1)
-reduction 0.725 [0.717, 0.733], holds. Sign-flip p = 0.0625 (5 seeds) and 0.25 (3 seeds) throughout.
-
-This file, run in the book profile on 2 Dec 2026 (12:29-12:57 UTC, while several other chapters'
-claims tests ran: load 11 to 16 on 2 cores): 3 passed in 1647 s wall, 557 s user CPU.
+An earlier version of these claims (2 Dec 2026, 5 bandit seeds 100-104 and 3 LM seeds; percentile
+bootstrap, equal-accuracy margin 0.03, no matched-shortening claim) read all eight as "holds". The
+bandit re-run of 5 Dec 2026 in the book profile (same seeds, 44 s wall), on Student-t intervals with
+the roles of this version: simulated targets 0.003, [-0.010, -0.004] below 0.01, holds (positive
+control); strong-penalty control 0.725 [0.712, 0.737], holds; gate shortening 0.266 [0.219, 0.314],
+holds (the uniform penalty's 0.319 [0.265, 0.373] holds as well); equal accuracy within 0.01, -0.012,
+90% interval [-0.018, -0.005], inconclusive (the uniform penalty: -0.023 [-0.032, -0.014], does not
+hold); gate against uniform at matched shortening, hard bucket +0.013 [0.008, 0.018] at margin 0.01,
+inconclusive; uniform hurts the hardest bucket -0.022 [-0.022, -0.021], holds (course hypothesis); the
+gate keeps it, -0.001 [-0.002, 0.000], holds (mechanism check). The LM verdicts were not re-run.
 """
 import numpy as np
 import pytest
@@ -49,11 +47,14 @@ def test_bandit_length_claims_direction(budget):
     reduction = 1 - gate["length"].mean(1) / none["length"].mean(1)
     assert (1 - control["length"].mean(1) / none["length"].mean(1)).mean() > 0.10  # the control: length moves
     assert reduction.mean() > 0.10, reduction
-    assert abs((gate["accuracy"].mean(1) - none["accuracy"].mean(1)).mean()) <= 0.03
     assert (uniform["accuracy"][:, -1] - none["accuracy"][:, -1]).mean() < -0.01
     assert abs((gate["accuracy"][:, -1] - none["accuracy"][:, -1]).mean()) <= 0.01
     verdicts = A.evaluate_claims(budget, None, A.toy_sampling_values(SEEDS))
     assert verdicts["control"].verdict == "holds"
+    assert A.matched_values(budget)["inside"].all()  # the sweep brackets the gate's shortening: no extrapolation
+    for v in verdicts.values():
+        if v.claim.control is not None:
+            assert (v.verdict == "uninformative") == (v.control_verdict != "holds")
 
 
 def test_lm_sampler_holds_the_targets():

@@ -1,24 +1,19 @@
-"""CIR/SR claims in the book profile: the experiment function the chapter calls.
+"""CIR/SR claims in the book profile: the study the chapter runs (rlcourse.studies.cot_influence).
 
-Asserted, with thresholds from the claims and controls, not from a run: GRPO raises accuracy over the
-base by more than the claim's margin (0.02); the positive control holds (the SFT warm-up ends with a
-CIR more than 0.02 nats above GRPO's, so the metric can move on this model); every CIR lies in
-[0, log 2]; and the path proposition's prediction: when GRPO raises the share of faithful-looking
-scratchpads by more than 0.1 while the base's faithful path is the more accurate, CIR rises too. The
-paper's claims that can come out either way (GRPO lowers CIR; the CIR reward raises CIR and SR and
-keeps accuracy) are evaluated and their verdicts checked against the decision rule, not asserted.
+Asserted, with thresholds from the claims, not from a run: GRPO raises accuracy over the base by more
+than the claim's margin (0.02) in the plain setting; every CIR lies in [0, log 2]; every verdict that
+names a positive control is "uninformative" exactly when that control did not hold; and each setting's
+path premise is the one its task was built for (the shortcut base answers better after non-digit
+thinks, the plain base after all-digit ones). The paper's claims (GRPO lowers CIR where a shortcut
+competes; the SFT warm-up, the CIR reward and the CIR+SR reward raise CIR or SR; the joint reward keeps
+accuracy) are evaluated, not asserted.
 
-Book run (3 seeds, 30 GRPO steps of 8 prompts x 8 samples, 96 held-out prompts x 4 samples;
-2 Dec 2026, 12:22-12:28 UTC, load ~14 on 2 cores: 298 s wall for the experiment including the first
-build of the base model, 47 s of CPU for the whole script). Means: base accuracy 0.372, CIR 0.197,
-SR 0.325, all-digit thinks 0.478; GRPO 0.727 / 0.406 / 0.735 / 0.948; SFT+GRPO 0.939 / 0.455 / 0.940 /
-0.992; GRPO+CIR 0.753 / 0.409 / 0.762 / 0.947. Verdicts: GRPO raises accuracy +0.354 [0.331, 0.378]
-holds; GRPO lowers CIR +0.209 [0.201, 0.217] does not hold (CIR rose); SFT warm-up raises CIR +0.049
-[0.044, 0.057] holds; CIR reward raises CIR +0.002 [-0.003, 0.006] does not hold; CIR reward raises SR
-+0.027 [0.013, 0.039] inconclusive; CIR reward keeps accuracy within 0.05 +0.026 [0.016, 0.042] holds;
-sign-flip p = 0.25 or 0.5 (3 seeds). The chapter then executed in the book profile (base model cached)
-in 157 s (166 s wall, 38 s CPU; load ~16, 12:39-12:42 UTC) with the same numbers and verdicts; this file passed in the book profile (2 passed, 220 s; 240 s wall,
-59 s CPU; load ~12, 12:47-12:51 UTC).
+An earlier version of this experiment (one setting, cot_sum only, where the filler path answers near
+chance; 3 seeds, 30 GRPO steps of 8 prompts x 8 samples; 2 Dec 2026) read "GRPO lowers CIR" and "the
+CIR reward raises CIR" as "does not hold" on a percentile bootstrap: CIR rose by +0.209 under GRPO, as
+the path proposition predicts when the faithful path is the more accurate, and GRPO had left the CIR
+reward little headroom. Those two verdicts tested a setting that could not show the paper's effect;
+the study now gates them on the shortcut setting's path control.
 """
 import math
 
@@ -26,32 +21,26 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.claims import decide
-from rlcourse.methods import cot_influence as ci
+from rlcourse.studies import cot_influence as S, run_study
 
 pytestmark = pytest.mark.claims
 
 
 @pytest.fixture(scope="module")
-def result():
-    return ci.run_experiment(rlcourse.profile())
+def results():
+    return run_study(S.study(rlcourse.profile()))
 
 
-def test_controls_and_accuracy(result):
-    V = ci.verdicts(result)
+def test_accuracy_and_metric_range(results):
+    V = results.verdicts()
     assert V["grpo_accuracy"].verdict == "holds", V["grpo_accuracy"].sentence()
-    assert V["sft_cir"].verdict == "holds", V["sft_cir"].sentence()  # the positive control
-    for rs in result["runs"].values():
-        for r in rs:
-            assert 0.0 <= r["after"]["cir"] <= math.log(2)
+    for (arm, seed), m in results.metrics.items():
+        assert 0.0 <= m["cir"] <= math.log(2), (arm, seed, m["cir"])
 
 
-def test_path_proposition_and_verdict_consistency(result):
-    before = np.mean([b["faithful_share"] for b in result["before"]])
-    after = np.mean([r["after"]["faithful_share"] for r in result["runs"]["GRPO"]])
-    cir0 = np.mean([b["cir"] for b in result["before"]])
-    cir1 = np.mean([r["after"]["cir"] for r in result["runs"]["GRPO"]])
-    if after - before > 0.1 and result["paths"]["faithful"] > result["paths"]["filler"]:
-        assert cir1 > cir0, (before, after, cir0, cir1)
-    for v in ci.verdicts(result).values():
-        assert v.verdict == decide(v.claim.kind, v.claim.margin, v.low, v.high, v.seeds)
+def test_settings_have_their_premise_and_gating_is_computed(results):
+    V = results.verdicts()
+    assert V["control_shortcut"].effect > 0 and V["control_faithful"].effect > 0
+    for v in V.values():
+        if v.claim.control is not None:
+            assert (v.verdict == "uninformative") == (v.control_verdict != "holds"), v.sentence()

@@ -7,7 +7,7 @@ Book run of the chapter (2026-12-02, 12:43-12:46 UTC): 209 s wall, 59.5 s user, 
 on 2 cores shared with other jobs (an earlier toy-only run: 25.8 s wall, 16.7 s user at load 0.5-1.6);
 the toy took 9 s, the tiny-LM runs 129 s; building the heapa_addition base model (once, then cached)
 took 404 s under load 9-16. Toy, 5 seeds, budget 25,600 rollouts, target 0.75; mean rollouts to the
-target: uniform 14720, pass_filter 8064, heapa 7552, heapa_fixed 11328, heapa_boundary 21760 (4 of 5
+target: uniform 14720, pass_filter (now named skip_extremes) 8064, heapa 7552, heapa_fixed 11328, heapa_boundary 21760 (4 of 5
 runs censored), oracle 6848. heapa - uniform -7168 [-8576, -5760], holds; oracle - uniform -7872
 [-8256, -7488], holds; heapa - heapa_fixed -3776 [-4864, -2688], holds; zero-variance share heapa
 0.622 vs uniform 0.758, -0.136 [-0.166, -0.113], holds. No heapa run was censored. Sign-flip p =
@@ -19,6 +19,12 @@ groups 0.410 vs 0.471, -0.061 [-0.163, 0.056], inconclusive; final accuracy 0.69
 run at lr 3e-4 lowered both arms (final 0.07 heapa, 0.33 uniform; all runs censored) and was
 discarded for the lab notes' rate. The LM claims are not asserted here: without an oracle arm an
 inconclusive or negative LM verdict is no evidence either way.
+
+Toy re-run of 5 Dec 2026 in the book profile, after the toy runner was merged with the data-scarcity
+chapter's (rlcourse.studies.curriculum_toy; the same random stream as before, so the same counts), on
+Student-t intervals: heapa - uniform -7168 [-9461, -4875] holds; oracle - uniform -7872 [-8475, -7269]
+holds; growth -3776 [-5540, -2012] holds; wasted groups -0.136 [-0.178, -0.093] holds; and the new
+claim heapa - skip_extremes -512 [-2450, 1426], inconclusive.
 """
 import pytest
 

@@ -1,11 +1,18 @@
 """TCRM's claims in the book profile: the same experiment functions the chapter calls.
 
-Thresholds follow from the claims, not from a run: the positive control (BT's final-token accuracy
-above 0.9: the task is learnable from outcomes) and the exact value function's ceilings must hold
-for the experiment to mean anything; TCRM's middle-token accuracy and its values' R^2 against the
-exact value must exceed BT's (the paper's direction); final-token accuracy must stay within the
-claim's 3 points of BT's on average; in PPO the unified model must hold less model state and keep
-the quality within the claim's 10 points.
+Thresholds follow from the claims, not from a run. What is asserted is weaker than the chapter's
+claims, on purpose: directions of means, not verdicts. The positive control (BT's final-token
+accuracy above 0.9: the task is learnable from outcomes) and the ceilings must hold for the experiment
+to mean anything; the pair target's R^2 against V^mu must lie below 1 (the pairs are balanced, so the
+regularisers cannot learn V^mu itself); TCRM's middle-token accuracy and its values' R^2 against the
+pair target must exceed BT's (the paper's direction); final-token accuracy must stay within the
+claim's 3 points of BT's on average; in PPO the unified model must keep the quality within the claim's
+10 points. (The unified arm's smaller model state is arithmetic, not asserted.) The chapter's verdicts
+are computed there, on t-intervals.
+
+The records below are an earlier version of this experiment: the R^2 scored against V^mu with a
+ceiling of 1, the separate critic started from the policy's trunk (it now starts from the reward
+model), percentile-bootstrap intervals. Not re-run since these changes.
 
 The chapter's book run (2 Dec 2026, 12:24-12:34 UTC, load 13-16 on 2 cores: 615 s wall, 150 s CPU;
 the reward-model experiment 325 s, PPO 94 s) gave, over 3 seeds: final-token accuracy BT 1.000,
@@ -41,7 +48,8 @@ def test_reward_model_claims_direction(rm_out):
     assert mean["BT"]["final_acc"] > 0.9, mean["BT"]  # control: the task is learnable
     assert mean["oracle"]["f1"] == 1.0 and mean["oracle"]["middle_acc"] > 0.9  # ceilings
     assert mean["TCRM"]["middle_acc"] > mean["BT"]["middle_acc"], mean
-    assert mean["TCRM"]["value_r2"] > mean["BT"]["value_r2"], mean
+    assert mean["TCRM"]["target_r2"] > mean["BT"]["target_r2"], mean
+    assert mean["pair target"]["target_r2"] > 0.999 and mean["pair target"]["value_r2"] < 0.95, mean["pair target"]
     assert mean["TCRM"]["final_acc"] > mean["BT"]["final_acc"] - 0.03, mean
 
 
@@ -49,7 +57,5 @@ def test_unified_ppo_direction(rm_out):
     with one_torch_thread():
         ppo = T.ppo_experiment(rm_out["models"]["TCRM"], rm_out["tokenizer"], rlcourse.profile())
     R = ppo["runs"]
-    mem = {a: np.mean([r["bytes"]["total"] for r in rs]) for a, rs in R.items()}
     q = {a: np.mean([r["final_validity"] for r in rs]) for a, rs in R.items()}
-    assert mem["unified"] < mem["separate critic"], mem
     assert q["unified"] > q["separate critic"] - 0.10, q

@@ -10,6 +10,9 @@ from math import comb
 import numpy as np
 import pytest
 import torch
+
+import rlcourse
+from rlcourse.claims import evaluate
 from scipy import stats
 
 from rlcourse.advantages import get_estimator, place_on_last_token
@@ -279,3 +282,24 @@ def test_bandit_step_runs_and_metrics_are_exact():
     assert out["curve"].shape == (4, 4)
     for arm in C.BANDIT_ARMS:
         assert C.train_bandit(arm, cfg, 1)["final"]["pass"].shape == (len(C.PASS_KS),)
+
+
+def test_select_hard_keeps_rarely_solved_prompts():
+    correct = np.array([[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0]])
+    assert C.select_hard(correct, 0.25).tolist() == [1, 4]
+    assert C.select_hard(correct, 0.5).tolist() == [1, 2, 4]
+    with pytest.raises(ValueError, match="hi"):
+        C.select_hard(correct, 1.0)
+    with pytest.raises(ValueError, match="prompts, samples"):
+        C.select_hard(np.zeros(3))
+
+
+def test_lm_pass_claim_is_gated_on_the_difference_control():
+    sz = C.lm_sizes(rlcourse.profile("smoke"))
+    ctrl = C.lm_control_claim(sz, 1e-4)
+    assert ctrl.role == "positive control" and ctrl.key == C.LM_CONTROL_KEY
+    out = {"sizes": sz, "seconds": 0.0, "lr": 1e-4, "base": {"pass": [0.1] * 4, "maj": [0.1] * 3},
+           "curves": {a: [{"pass": [0.2, 0.3, 0.4, 0.5], "maj": [0.2, 0.2, 0.2]}] for a in C.LM_ARMS}}
+    v_ctrl = evaluate(ctrl, [0.5], [0.4])  # one seed: inconclusive, so the gated claim is uninformative
+    assert C.lm_verdicts(out, control=v_ctrl)["pass"].verdict == "uninformative"
+    assert C.lm_verdicts(out)["pass"].verdict == "inconclusive"

@@ -9,6 +9,7 @@ import torch
 
 import rlcourse
 from rlcourse.methods import cot_influence as ci
+from rlcourse.studies import cot_influence as study
 from rlcourse.lm.tokenizer import build_tokenizer
 from rlcourse.tasks import get_task
 
@@ -85,6 +86,7 @@ def test_sr_rule():
     assert sr.tolist() == [1.0, 0.0, 0.0, 1.0]
     with pytest.raises(ValueError, match="cot_sum"):
         ci.sr_scores(["47+85="], ["1|2"])
+    assert ci.CotSum().truth("3725=") == "7"
 
 
 def test_task_demonstrations_and_verifier():
@@ -107,7 +109,7 @@ def test_cir_reward_in_the_loop_and_refuses_other_tasks():
     from rlcourse.train import RLConfig, Trainer
 
     P = rlcourse.profile("smoke")
-    model, tk = ci.load_mixed_base(P)
+    model, tk = study.load_mixed_base(P)
     cfg = RLConfig(num_generations=4, prompts_per_step=2, steps=1, max_completion_length=7, progress=False,
                    reward="cot_cir", reward_kwargs={"weight": 0.5})
     task = get_task("cot_sum")
@@ -130,3 +132,43 @@ def test_cir_reward_adds_weighted_cir(tok):
     r = ci.cot_cir_reward(batch, ex, task, {}, model=model, tokenizer=tok, weight=0.5)
     c = ci.cir_scores(model, tok, batch.prompts, texts, ci.REWARD_LEVELS).float()
     assert torch.allclose(r, 1.0 + 0.5 * c, atol=1e-6)
+
+
+def test_shortcut_task_makes_the_faithful_path_less_accurate():
+    task = get_task("cot_first")
+    ex = task.examples(2000, seed=0)
+    faithful = [e for e in ex if not e.meta["filler"]]
+    filler = [e for e in ex if e.meta["filler"]]
+    assert 0.4 < len(filler) / len(ex) < 0.6
+    for e in ex[:50]:
+        assert e.answer == e.prompt[0] == task.truth(e.prompt) and e.meta["faithful"] == e.prompt[:-1][::-1]
+    # the shown answer copies the think's last digit; on ~30% of faithful demonstrations it is wrong
+    assert all(e.solution.split("|")[1] == e.solution.split("|")[0][-1] for e in faithful)
+    wrong = np.mean([task.score(e.solution, e).reward == 0.0 for e in faithful])
+    assert 0.25 < wrong < 0.35
+    assert all(task.score(e.solution, e).reward == 1.0 for e in filler)
+    with pytest.raises(ValueError, match="corrupt"):
+        ci.CotFirst(corrupt=1.0)
+
+
+def test_sr_follows_the_task_and_the_joint_reward_adds_it(tok):
+    task = ci.CotFirst()
+    assert ci.sr_scores(["3725="] * 3, ["5273|3", "....|3", "5274|4"], task).tolist() == [1.0, 0.0, 0.0]
+    ex = [e for e in task.examples(40, seed=2) if not e.meta["filler"]][:3]
+    texts = [f"{e.meta['faithful']}|{e.answer}" for e in ex]
+    batch = type("B", (), {"texts": texts, "prompts": [e.prompt for e in ex], "metrics": {}})()
+    model = ci.PlantedAnswerModel(tok, "copy")
+    r0 = ci.cot_cir_reward(batch, ex, task, {}, model=model, tokenizer=tok, weight=0.5)
+    r1 = ci.cot_cir_reward(batch, ex, task, {}, model=model, tokenizer=tok, weight=0.5, sr_weight=0.25)
+    assert torch.allclose(r1 - r0, torch.full((3,), 0.25)) and batch.metrics["sr_reward"] == 1.0
+    with pytest.raises(ValueError, match="sr_weight"):
+        ci.cot_cir_reward(batch, ex, task, {}, model=model, tokenizer=tok, sr_weight=-1.0)
+
+
+def test_path_gap_and_gated_verdicts():
+    m = {"acc_digit": 0.7, "acc_other": 0.95}
+    assert study.path_gap(m, "other", "digit") == pytest.approx(0.25)
+    assert study.path_gap({"acc_digit": None, "acc_other": 0.9}, "other", "digit") == 0.0
+    C = study.claims(rlcourse.profile("smoke"))
+    assert C["grpo_cir"].control == C["control_shortcut"].key and C["control_shortcut"].role == "positive control"
+    assert C["grpo_cir_plain"].control == C["control_faithful"].key

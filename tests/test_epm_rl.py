@@ -129,3 +129,29 @@ def test_registered_rewards_compose():
     r = get_reward("epm_composite")(batch, ex, None, {}, w_format=0.2, w_label=1.0, w_judge=0.5)
     assert torch.allclose(r, torch.tensor([1.7, 0.0, 1.7]))
     assert torch.equal(get_reward("epm_format")(batch, ex, None, {}), torch.tensor([1.0, 0.0, 1.0]))
+
+
+def test_pinsker_bound_is_tight_for_a_two_point_judge():
+    # J = 1 on one outcome: |dE J| = TV exactly; a tiny KL makes TV ~ sqrt(KL/2), so the bound is nearly attained
+    p, q = np.array([0.5 + 1e-3, 0.5 - 1e-3]), np.array([0.5, 0.5])
+    kl = float(np.sum(p * np.log(p / q)))
+    assert abs(p[0] - q[0]) / E.judge_shift_bound(kl) > 0.99
+    assert E.judge_shift_bound(0.02) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="kl"):
+        E.judge_shift_bound(-1.0)
+
+
+def test_planted_label_deficit_is_class_conditional():
+    ex = E.ProductPairs(0.7).examples(400, seed=3)
+    planted = E.plant_label_deficit(ex, 1.0, seed=0)
+    for e, f in zip(ex, planted):
+        b, m = e.meta["brands"], e.meta["models"]
+        target = b[0] == b[1] and m[0] != m[1]
+        assert f.answer == e.answer and f.solution[:-1] == e.solution[:-1]
+        assert f.solution[-1] == ("Y" if target else e.solution[-1])
+    assert sum(f.solution != e.solution for e, f in zip(ex, planted)) > 50
+    half = E.plant_label_deficit(ex, 0.5, seed=0)
+    assert 0 < sum(f.solution != e.solution for e, f in zip(ex, half)) < sum(f.solution != e.solution
+                                                                                for e, f in zip(ex, planted))
+    with pytest.raises(ValueError, match="share"):
+        E.plant_label_deficit(ex, 1.5)

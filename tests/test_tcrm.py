@@ -249,3 +249,23 @@ def test_tcrm_training_step_lowers_the_loss_and_unified_ppo_holds_no_critic():
                   eval_examples=T.test_prompts())
     sep.step()
     assert T.state_bytes(sep)["total"] > T.state_bytes(tr)["total"]
+
+
+def test_pair_target_is_the_pair_posterior():
+    # one prompt, exact Monte Carlo: draw mu-walks, keep one valid and one invalid per pair, and compare the
+    # share of valid walks among the pair walks through a position with W there
+    ex = T.test_prompts()[0]
+    rng = np.random.default_rng(0)
+    walks = T.sample_walks([ex.prompt] * 4000, rng)
+    exact, _ = T.oracle_scores([ex] * len(walks), walks)
+    W = T.pair_target(exact)
+    s = exact[0, 0]
+    assert np.allclose(W[:, 0], 0.5)  # half the pair walks are valid, whatever s is
+    v = exact[:, 1]
+    assert np.allclose(W[:, 1], v * (1 - s) / (v * (1 - s) + (1 - v) * s))
+    if abs(s - 0.5) > 0.05:
+        assert not np.allclose(W, exact)
+    with pytest.raises(ValueError, match="s must lie"):
+        T.pair_target(np.array([[1.0, 1.0]]))
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        T.pair_target(np.array([[0.5, 1.5]]))

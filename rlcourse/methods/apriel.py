@@ -28,15 +28,13 @@ The "thinking-budget" bandit of the chapter (exact accuracies, sampled groups) i
 """
 from __future__ import annotations
 
-import copy
-import time
 
 import numpy as np
 import torch
 
 from ..data import register_prompt_sampler
 from ..rewards import register_reward
-from ..tasks import Addition, Example, Score, Sort, Task, register_task
+from ..tasks import Addition, Example, Sort, Task, register_task
 
 STATE_KEY = "apriel"
 
@@ -416,291 +414,19 @@ def apriel_length_uniform_reward(batch, examples, task, state, step=None, gamma:
     return apriel_length_reward(batch, examples, task, state, step, gamma=gamma, weight="uniform")
 
 
-# ---------------------------------------------------------------------- the thinking-budget bandit
-def budget_success_probs(max_len: int = 16, difficulties=(2, 6, 12), ceilings=(1.0, 0.9, 0.5),
-                         kappa: float = 1.5) -> np.ndarray:
-    """``(K, L)`` success probability of a reasoning length ``l`` in 1..L on a prompt of bucket ``k``:
-    ``c_k sigmoid(kappa (l - d_k))``. The difficulty ``d_k`` is the length a prompt needs; the
-    ceiling ``c_k`` is how often it can be solved at all (a hard prompt is one the policy rarely
-    solves, which is all the group pass rate can see)."""
-    d, c = np.asarray(difficulties, float), np.asarray(ceilings, float)
-    if d.shape != c.shape or d.ndim != 1:
-        raise ValueError(f"difficulties {d.shape} and ceilings {c.shape} must be vectors of one length")
-    if ((c <= 0) | (c > 1)).any() or max_len < 2:
-        raise ValueError(f"ceilings must lie in (0, 1] and max_len >= 2, got {c.tolist()}, {max_len}")
-    lengths = np.arange(1, max_len + 1)
-    return c[:, None] / (1 + np.exp(-kappa * (lengths[None, :] - d[:, None])))
+# ---------------------------------------------------------------------- the experiment, in rlcourse.studies.apriel
+_STUDY_NAMES = frozenset((
+    'ACC_MARGIN', 'CLAIMS', 'MATCH_GAMMAS', 'PAPER', 'SOURCE', '_BUDGET', '_PENALTY', '_SAMPLING', '_claim',
+    'budget_bandit_run', 'budget_experiment', 'budget_success_probs', 'evaluate_claims', 'grouped_advantages',
+    'grouped_length_reward', 'matched_accuracy', 'matched_values', 'mix_experiment', 'mix_run',
+    'share_deviation', 'shortening', 'softmax_score_gradient', 'toy_sampling_values', 'uniform_on',
+))
 
 
-def grouped_length_reward(task_reward, lengths, gamma: float, weight: str, theta: float = 0.75) -> np.ndarray:
-    """:func:`length_shaped_reward` for groups laid out as rows (no truncation), in NumPy: the bandit
-    calls it thousands of times, and the tests check it equals the torch version.
+def __getattr__(name):
+    """The chapter's experiment lives in :mod:`rlcourse.studies.apriel`; its names stay importable here."""
+    if name in _STUDY_NAMES:
+        from ..studies import apriel as study
 
-    =========== ========== ===============================
-    task_reward ``(N, G)`` verifier rewards, group per row
-    lengths     ``(N, G)`` response lengths
-    returns                ``(N, G)``  shaped rewards
-    =========== ========== ===============================
-    """
-    r, ell = np.asarray(task_reward, float), np.asarray(lengths, float)
-    if r.shape != ell.shape or r.ndim != 2 or r.shape[1] < 2:
-        raise ValueError(f"task_reward {r.shape} and lengths {ell.shape} must be one (N, G) shape with G >= 2")
-    correct = r > 0.5
-    lo, hi = ell.min(1, keepdims=True), ell.max(1, keepdims=True)
-    lam = np.where(hi > lo, 0.5 - (ell - lo) / np.maximum(hi - lo, 1e-12), 0.0)
-    lam = np.where(correct, lam, np.minimum(lam, 0.0))
-    p_hat = correct.mean(1, keepdims=True)
-    w = difficulty_weight(torch.as_tensor(p_hat), gamma, weight, theta).numpy().astype(float)
-    return r + w * lam
-
-
-def grouped_advantages(r, scale_by_std: bool, epsilon: float = 1e-6) -> np.ndarray:
-    """GRPO's (``scale_by_std``) or Dr. GRPO's advantages for groups laid out as rows ``(N, G)``:
-    ``r - mean``, divided by the unbiased std plus ``epsilon`` for GRPO (as
-    :func:`rlcourse.advantages.compute_grpo_outcome_advantage`)."""
-    r = np.asarray(r, float)
-    adv = r - r.mean(1, keepdims=True)
-    return adv / (r.std(1, ddof=1, keepdims=True) + epsilon) if scale_by_std else adv
-
-
-def softmax_score_gradient(idx, A, pi) -> np.ndarray:
-    """Gradient in the logits of ``mean_i A_i log pi_k(l_i)``, per bucket: ``mean_i A_i (e_{l_i} - pi_k)``.
-
-    ======= ========== ==================================
-    idx     ``(K, n)`` sampled length indices (0-based)
-    A       ``(K, n)`` their advantages
-    pi      ``(K, L)`` the softmax policy of each bucket
-    returns            ``(K, L)``   the gradient
-    ======= ========== ==================================
-    """
-    idx, A, pi = np.asarray(idx), np.asarray(A, float), np.asarray(pi, float)
-    if idx.shape != A.shape or idx.shape[0] != pi.shape[0]:
-        raise ValueError(f"idx {idx.shape}, A {A.shape} and pi {pi.shape} do not fit")
-    K, L = pi.shape
-    return np.stack([np.bincount(idx[k], weights=A[k], minlength=L) / A.shape[1] - A[k].mean() * pi[k]
-                     for k in range(K)])
-
-
-def budget_bandit_run(weight: str, seed: int, steps: int = 300, prompts: int = 16, G: int = 8, lr: float = 0.1,
-                      gamma: float = 0.1, theta: float = 0.75, scale_rewards: str = "none",
-                      probs: np.ndarray | None = None) -> dict:
-    """Train a softmax policy over reasoning lengths, one per difficulty bucket, with GRPO-style
-    advantages of the reward ``r_task + w(p_hat) lambda`` (``weight="none"``: ``r_task`` alone), the
-    rows scored by :func:`length_shaped_reward` as in the language-model loop. Each step draws
-    ``prompts`` groups of ``G`` lengths per bucket; the update is Adam on the exact score function
-    ``A (e_l - pi)``. Returns the final exact ``accuracy`` and mean ``length`` per bucket ``(K,)``
-    and their curves ``(steps, K)``."""
-    if weight != "none" and weight not in WEIGHTS:
-        raise ValueError(f"unknown weight {weight!r}; choose 'none' or one of {WEIGHTS}")
-    if scale_rewards not in ("group", "none"):
-        raise ValueError(f"scale_rewards must be 'group' or 'none', got {scale_rewards!r}")
-    P = budget_success_probs() if probs is None else np.asarray(probs, float)
-    K, L = P.shape
-    lengths = np.arange(1, L + 1)
-    rng = np.random.default_rng(seed)
-    theta_pi = np.zeros((K, L))
-    m, v = np.zeros_like(theta_pi), np.zeros_like(theta_pi)
-    curve_acc, curve_len = [], []
-    for t in range(steps):
-        pi = np.exp(theta_pi - theta_pi.max(1, keepdims=True))
-        pi /= pi.sum(1, keepdims=True)
-        curve_acc.append((pi * P).sum(1))
-        curve_len.append((pi * lengths).sum(1))
-        cdf = np.cumsum(pi, 1)
-        u = rng.random((K, prompts * G)) * cdf[:, -1:]
-        idx = np.minimum((u[:, :, None] > cdf[:, None, :]).sum(-1), L - 1)  # (K, prompts*G) inverse-CDF draws
-        correct = rng.random(idx.shape) < np.take_along_axis(P, idx, 1)
-        r = correct.reshape(-1, G).astype(float)
-        if weight != "none":
-            r = grouped_length_reward(r, lengths[idx].reshape(-1, G), gamma, weight, theta)
-        A = grouped_advantages(r, scale_rewards == "group").reshape(K, -1)
-        grad = softmax_score_gradient(idx, A, pi)
-        m = 0.9 * m + 0.1 * grad
-        v = 0.999 * v + 0.001 * grad ** 2
-        theta_pi += lr * (m / (1 - 0.9 ** (t + 1))) / (np.sqrt(v / (1 - 0.999 ** (t + 1))) + 1e-8)
-    pi = np.exp(theta_pi - theta_pi.max(1, keepdims=True))
-    pi /= pi.sum(1, keepdims=True)
-    return {"accuracy": (pi * P).sum(1), "length": (pi * lengths).sum(1), "policy": pi,
-            "curve_acc": np.array(curve_acc), "curve_len": np.array(curve_len)}
-
-
-def budget_experiment(seeds, steps: int, gamma: float = 0.1, theta: float = 0.75, control_gamma: float = 1.0,
-                      sweep_gammas=(0.05, 0.2, 0.4), sweep_seeds=None) -> dict:
-    """The chapter's bandit: arms ``none``, ``uniform``, ``linear``, ``gate`` at ``gamma``; the
-    positive control (``uniform`` at ``control_gamma``); the ``gate`` arm with GRPO's std scaling
-    (``gate_std``); and a sweep of ``gamma`` for the three weights (``sweep[(weight, gamma)]``).
-    Each arm maps to ``{"accuracy": (S, K), "length": (S, K), "curve_len": (S, steps, K)}``."""
-    seeds = list(seeds)
-    t0 = time.perf_counter()
-
-    def arm(weight, g, scale="none", ss=seeds):
-        runs = [budget_bandit_run(weight, s, steps, gamma=g, theta=theta, scale_rewards=scale) for s in ss]
-        return {key: np.stack([r[key] for r in runs]) for key in ("accuracy", "length", "curve_len", "curve_acc")}
-
-    out = {name: arm(w, gamma) for name, w in (("none", "none"), ("uniform", "uniform"), ("linear", "linear"),
-                                              ("gate", "gate"))}
-    out["control"] = arm("uniform", control_gamma)
-    out["gate_std"] = arm("gate", gamma, "group")
-    ss = seeds if sweep_seeds is None else list(sweep_seeds)
-    out["sweep"] = {(w, g): arm(w, g, ss=ss) for w in WEIGHTS for g in sweep_gammas}
-    out["sweep_none"] = arm("none", 0.0, ss=ss)
-    out["seconds"] = time.perf_counter() - t0
-    return out
-
-
-# ---------------------------------------------------------------------- the language-model run
-def mix_run(adaptive: bool, seed: int, base, steps: int, prompts: int, G: int, lr: float,
-            max_completion_length: int = 9, gamma: float = 0.1) -> dict:
-    """RL on ``apriel_mix`` from the base ``(model, tokenizer)`` with the difficulty-aware length reward
-    and the adaptive (or static) domain sampler. Returns the per-step outcomes recorded in
-    ``state['apriel']`` as arrays ``(steps, D)`` (``sampled``, ``completed``, ``usable``, ``correct``,
-    ``tokens``), the sampler's log, the domains and the targets."""
-    from ..train import RLConfig, Trainer
-
-    model, tok = base
-    cfg = RLConfig(prompt_sampler="apriel_domains" if adaptive else "apriel_domains_static", reward="apriel_length",
-                   reward_kwargs={"gamma": gamma}, scale_rewards="none", num_generations=G, prompts_per_step=prompts,
-                   max_completion_length=max_completion_length, steps=steps, learning_rate=lr, seed=seed,
-                   progress=False, train_pool_size=2000)
-    trainer = Trainer(copy.deepcopy(model), tok, "apriel_mix", cfg, eval_examples=[])
-    trainer.train()
-    st = trainer.state[STATE_KEY]
-    keys = ("sampled", "completed", "usable", "correct", "tokens")
-    out = {k: np.array([st["outcomes"][s][k] for s in sorted(st["outcomes"])]) for k in keys}
-    out.update(domains=st["domains"], targets=np.array(st["targets"]), log=st["log"],
-               response_length=np.array([h["response_length"] for h in trainer.history]))
-    return out
-
-
-def share_deviation(usable, targets, start: int = 0) -> float:
-    """``max_d |s_d - w_d|`` for the shares ``s`` of usable rollouts summed over steps ``start..``
-    (1.0, the largest possible error, when those steps yielded no usable rollout).
-
-    ======== ========== ==================================
-    usable   ``(S, D)`` usable rollouts per step and domain
-    targets  ``(D,)``   target shares
-    ======== ========== ==================================
-    """
-    u = np.asarray(usable, float)[start:].sum(0)
-    w = check_targets(targets)
-    if u.shape != w.shape:
-        raise ValueError(f"usable has {u.shape[0] if u.ndim else 0} domains, targets {len(w)}")
-    if u.sum() <= 0:  # no usable rollout at all delivers none of the targets: the worst case, 1
-        return 1.0
-    return float(np.abs(u / u.sum() - w).max())
-
-
-def mix_experiment(prof, seeds=None, start: int | None = None) -> dict:
-    """The chapter's language-model run: static and adaptive sampling on ``apriel_mix`` for each seed
-    (sizes from the profile ``prof``; the base model is ``load_base_model("apriel_mix", 0.5)``).
-    Returns ``runs[arm]`` (lists of :func:`mix_run` outputs), ``deviation[arm]`` (per seed, shares of
-    usable rollouts over steps ``start..``), the base model's pre-training record and the seconds."""
-    from ..lm.zoo import load_base_model
-    from ..profiles import one_torch_thread
-
-    t0 = time.perf_counter()
-    base = load_base_model("apriel_mix", 0.5, prof=prof, progress=False)
-    steps = prof.pick(smoke=3, book=60)
-    start = prof.pick(smoke=0, book=10) if start is None else start
-    seeds = list(range(prof.seeds)) if seeds is None else list(seeds)
-    runs = {"static": [], "adaptive": []}
-    with one_torch_thread():
-        for seed in seeds:
-            for arm in runs:
-                runs[arm].append(mix_run(arm == "adaptive", seed, base, steps, prompts=prof.rl_prompts,
-                                         G=prof.num_generations, lr=prof.rl_lr))
-    dev = {arm: [share_deviation(r["usable"], r["targets"], start) for r in rs] for arm, rs in runs.items()}
-    return {"runs": runs, "deviation": dev, "start": start, "steps": steps, "seeds": seeds,
-            "base": getattr(base[0].config, "rlcourse_pretrain", {}), "seconds": time.perf_counter() - t0}
-
-
-# ---------------------------------------------------------------------- claims
-PAPER = "Apriel-Reasoner, Pardinas et al., 2026, arXiv:2604.02007"
-SOURCE = "abstract (arXiv:2604.02007)"
-_SAMPLING = ("We introduce adaptive domain sampling that preserves target completed-rollout ratios despite "
-             "heterogeneous rollout dynamics")
-_PENALTY = ("a difficulty-aware length penalty that, at no additional training overhead, encourages longer "
-            "reasoning for difficult problems and shorter traces for easy ones")
-_BUDGET = ("thinking-budget bandit: lengths 1..16, buckets d = 2, 6, 12 with ceilings 1.0, 0.9, 0.5, "
-           "16 groups of 8 per bucket and step, Dr. GRPO advantages, gamma 0.1, gate theta 0.75")
-
-
-def _claim(key, **kw):
-    from ..claims import Claim
-
-    return Claim(key=f"apriel/{key}", paper=PAPER, source=SOURCE, **kw)
-
-
-CLAIMS = {
-    "toy_targets": _claim(
-        "targets-held-simulated", statement=_SAMPLING, setting="three simulated domains with usable-group "
-        "rates 0.9, 0.3, 0.5, targets 0.5, 0.25, 0.25, 64 prompts x 8 rollouts per step, 100 steps",
-        metric="max over domains of |share of usable rollouts - target|, steps 51-100", method="adaptive sampler",
-        kind="less", reference=0.01, margin=0.0),
-    "lm_targets": _claim(
-        "targets-held-lm", statement=_SAMPLING, setting="tiny LM on apriel_mix (sort / 2-digit / 3-digit "
-        "addition; 9-token budget truncates long sums), targets 0.25, 0.25, 0.5",
-        metric="max over domains of |share of usable rollouts - target| after the warm-up steps",
-        method="adaptive sampler", kind="less", reference=0.05, margin=0.0),
-    "lm_vs_static": _claim(
-        "adaptive-beats-static-mix", statement=_SAMPLING, setting="as targets-held-lm, paired by seed",
-        metric="the same deviation", method="adaptive sampler", baseline="static mixture q = w", kind="less",
-        margin=0.05),
-    "shorter": _claim(
-        "shorter-traces", statement=_PENALTY + "; ... producing 30-50% shorter reasoning traces",
-        paper_number="30-50% shorter traces (vs Apriel-Base)", setting=_BUDGET,
-        metric="1 - mean length (gate) / mean length (no penalty), buckets weighted equally",
-        method="difficulty-aware (gate)", kind="greater", reference=0.0, margin=0.10),
-    "accuracy": _claim(
-        "equal-accuracy", statement=_PENALTY + " (accuracy kept while traces shorten)", setting=_BUDGET,
-        metric="exact accuracy, mean over the three buckets", method="difficulty-aware (gate)",
-        baseline="no penalty", kind="equivalent", margin=0.03),
-    "uniform_hard": _claim(
-        "uniform-hurts-hardest", statement=_PENALTY + " (the standard penalty, by contrast, shortens hard ones "
-        "too: our reading)", setting=_BUDGET, metric="exact accuracy on the hardest bucket (d = 12)",
-        method="uniform penalty", baseline="no penalty", kind="less", margin=0.01),
-    "aware_hard": _claim(
-        "aware-keeps-hardest", statement=_PENALTY, setting=_BUDGET,
-        metric="exact accuracy on the hardest bucket (d = 12)", method="difficulty-aware (gate)",
-        baseline="no penalty", kind="equivalent", margin=0.01),
-    "control": _claim(
-        "control-length-moves", statement="positive control (ours): a strong penalty must shorten traces",
-        setting=_BUDGET.replace("gamma 0.1", "uniform gamma 1.0"),
-        metric="1 - mean length (strong uniform) / mean length (no penalty)", method="uniform, gamma 1.0",
-        kind="greater", reference=0.0, margin=0.10),
-}
-
-
-def toy_sampling_values(seeds, steps: int = 100, start: int = 50) -> dict:
-    """Per-seed share deviations of the simulated sampler (adaptive and static), steps ``start..``."""
-    w, y = [0.5, 0.25, 0.25], [0.9, 0.3, 0.5]
-    out = {}
-    for adaptive in (True, False):
-        out["adaptive" if adaptive else "static"] = [
-            share_deviation(simulate_domain_sampling(w, y, steps, adaptive=adaptive, seed=s)["usable"], w, start)
-            for s in seeds]
-    return out
-
-
-def evaluate_claims(budget: dict, mix: dict | None, toy: dict) -> dict:
-    """The verdicts of :data:`CLAIMS` from the runs (``mix`` None: the LM claims are left out)."""
-    from ..claims import evaluate
-
-    def red(arm):
-        return 1 - budget[arm]["length"].mean(1) / budget["none"]["length"].mean(1)
-
-    v = {
-        "toy_targets": evaluate(CLAIMS["toy_targets"], toy["adaptive"]),
-        "shorter": evaluate(CLAIMS["shorter"], red("gate")),
-        "accuracy": evaluate(CLAIMS["accuracy"], budget["gate"]["accuracy"].mean(1), budget["none"]["accuracy"].mean(1)),
-        "uniform_hard": evaluate(CLAIMS["uniform_hard"], budget["uniform"]["accuracy"][:, -1],
-                                 budget["none"]["accuracy"][:, -1]),
-        "aware_hard": evaluate(CLAIMS["aware_hard"], budget["gate"]["accuracy"][:, -1],
-                               budget["none"]["accuracy"][:, -1]),
-        "control": evaluate(CLAIMS["control"], red("control")),
-    }
-    if mix is not None:
-        v["lm_targets"] = evaluate(CLAIMS["lm_targets"], mix["deviation"]["adaptive"], seconds=mix["seconds"])
-        v["lm_vs_static"] = evaluate(CLAIMS["lm_vs_static"], mix["deviation"]["adaptive"], mix["deviation"]["static"],
-                                     seconds=mix["seconds"])
-    return v
+        return getattr(study, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,17 +12,20 @@ name            kind        what it is
 ==============  ==========  =====================================================================
 ``cot_sum``     task        ``3725=`` -> ``3027|7``: running sums mod 10, then ``|`` and the answer;
                             the demonstrations mix faithful scratchpads with filler ``....``
+``cot_first``   task        ``3725=`` -> ``5273|3``: the answer is the question's first digit, the
+                            faithful scratchpad the question reversed; 30% of the faithful
+                            demonstrations end in a wrong digit that the shown answer copies, so a
+                            shortcut (answer from the question, filler think) competes with it
 ``cot_cir``     reward      outcome reward + ``weight`` x CIR (the authors' training-time CIR:
                             truncation at 0, 20, 40, 60, 80% of the think part), scored with the
-                            current policy's log-probs
+                            current policy's log-probs, + ``sr_weight`` x our rule-based SR
 ==============  ==========  =====================================================================
+
+The experiment that uses them is the study :mod:`rlcourse.studies.cot_influence`.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import time
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Sequence
@@ -30,11 +33,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..claims import Claim, evaluate
-from ..lm.model import build_model, response_logprobs
-from ..lm.sampling import encode_prompts, sample
-from ..lm.tokenizer import build_tokenizer
-from ..profiles import Profile, cache_dir, one_torch_thread, profile as current_profile
+from ..lm.model import response_logprobs
+from ..lm.sampling import encode_prompts
+from ..profiles import one_torch_thread
 from ..rewards import register_reward
 from ..tasks import Example, Score, Task, register_task
 
@@ -166,30 +167,29 @@ def cir_scores(model, tokenizer, prompts: Sequence[str], texts: Sequence[str],
     return out
 
 
-def sr_scores(prompts: Sequence[str], texts: Sequence[str]) -> torch.Tensor:
-    """Our rule-based SR for ``cot_sum`` (a stand-in for the paper's LLM verifier).
+def sr_scores(prompts: Sequence[str], texts: Sequence[str], task: "CotSum | None" = None) -> torch.Tensor:
+    """Our rule-based SR for ``cot_sum`` and ``cot_first`` (a stand-in for the paper's LLM verifier).
 
     The answer is stripped (everything from the last ``|``). A reader of the think alone answers
-    with its last partial sum, ``y(t)``, if the think is a string of digits, and has no answer
-    otherwise; a reader who also has the question answers ``y(q, t)``, the digit sum of ``q`` mod 10.
-    SR = 1 when the two agree: the reasoning alone reaches the answer the question determines.
+    with its last character, ``y(t)``, if the think is a string of digits (the last partial sum, or
+    the last digit of the reversed question), and has no answer otherwise; a reader who also has the
+    question answers ``y(q, t) = task.truth(q)``. SR = 1 when the two agree: the reasoning alone
+    reaches the answer the question determines. ``task`` defaults to :class:`CotSum`.
 
     ======= ====== =======================
-    prompts N      ``cot_sum`` questions
+    prompts N      the task's questions
     texts   N      responses
     return  (N,)   float32 in {0, 1}
     ======= ====== =======================
     """
     if len(prompts) != len(texts):
         raise ValueError(f"sr_scores: {len(prompts)} prompts but {len(texts)} texts")
+    task = task if task is not None else CotSum()
     out = []
     for q, text in zip(prompts, texts):
-        digits = q.rstrip("=")
-        if not digits.isdigit():
-            raise ValueError(f"sr_scores reads cot_sum questions such as '3725=', got {q!r}")
         think = text.rsplit("|", 1)[0] if "|" in text else text
         y_t = think[-1] if think.isdigit() else None
-        out.append(float(y_t is not None and int(y_t) == sum(map(int, digits)) % 10))
+        out.append(float(y_t is not None and y_t == task.truth(q)))
     return torch.tensor(out, dtype=torch.float32)
 
 
@@ -208,6 +208,13 @@ class CotSum(Task):
             raise ValueError(f"filler must be in [0, 1], got {filler}")
         self.digits, self.filler = digits, filler
         self.name = "cot_sum"
+
+    def truth(self, question: str) -> str:
+        """The answer the question determines: ``"3725="`` -> ``"7"`` (digit sum mod 10)."""
+        digits = question.rstrip("=")
+        if not digits.isdigit():
+            raise ValueError(f"{self.name} questions read like '3725=', got {question!r}")
+        return str(sum(map(int, digits)) % 10)
 
     def _draw(self, rng):
         d = [int(x) for x in rng.integers(0, 10, size=self.digits)]
@@ -228,6 +235,44 @@ class CotSum(Task):
 register_task("cot_sum")(CotSum)
 
 
+class CotFirst(CotSum):
+    """``3725=`` -> ``5273|3``: the graded answer is the question's **first** digit, a shortcut a model
+    can copy from the question. The faithful think is the question reversed, whose last character is
+    the answer; with probability ``corrupt`` a faithful demonstration ends in a wrong digit and its
+    shown answer copies that digit. A filler demonstration (probability ``filler``) is ``....`` and the
+    right answer. So, sampled, the faithful path is the *less* accurate one: a shortcut competes."""
+
+    def __init__(self, digits: int = 4, filler: float = 0.5, corrupt: float = 0.3):
+        super().__init__(digits, filler)
+        if not 0 <= corrupt < 1:
+            raise ValueError(f"corrupt must be in [0, 1), got {corrupt}")
+        self.corrupt = corrupt
+        self.name = "cot_first"
+
+    def truth(self, question: str) -> str:
+        """``"3725="`` -> ``"3"``, the question's first digit."""
+        digits = question.rstrip("=")
+        if not digits.isdigit():
+            raise ValueError(f"{self.name} questions read like '3725=', got {question!r}")
+        return digits[0]
+
+    def _draw(self, rng):
+        q = "".join(str(int(x)) for x in rng.integers(0, 10, size=self.digits))
+        faithful, answer = q[::-1], q[0]
+        think, shown = faithful, answer
+        fill = rng.random() < self.filler
+        if fill:
+            think = "." * self.digits
+        elif rng.random() < self.corrupt:
+            shown = str((int(answer) + int(rng.integers(1, 10))) % 10)
+            think = faithful[:-1] + shown
+        return Example(prompt=q + "=", answer=answer, solution=f"{think}|{shown}",
+                       meta={"faithful": faithful, "filler": bool(fill)})
+
+
+register_task("cot_first")(CotFirst)
+
+
 def faithful_examples(examples: Sequence[Example]) -> list[Example]:
     """The same prompts with the faithful scratchpad as the demonstration (the SFT warm-up's data)."""
     return [replace(e, solution=f"{e.meta['faithful']}|{e.answer}") for e in examples]
@@ -236,22 +281,29 @@ def faithful_examples(examples: Sequence[Example]) -> list[Example]:
 # ---------------------------------------------------------------------- the auxiliary reward
 @register_reward("cot_cir")
 def cot_cir_reward(batch, examples, task, state, model=None, tokenizer=None, weight: float = 0.5,
-                   gate: bool = False) -> torch.Tensor:
-    """``r_outcome + weight * CIR`` (``gate=True``: CIR counts only on correct answers), CIR from the
-    current policy at the authors' five truncation fractions. Malformed responses get CIR 0. ``(B,)``"""
+                   gate: bool = False, sr_weight: float = 0.0) -> torch.Tensor:
+    """``r_outcome + weight * CIR + sr_weight * SR`` (``gate=True``: CIR counts only on correct
+    answers), CIR from the current policy at the authors' five truncation fractions, SR from
+    :func:`sr_scores`. Malformed responses get CIR 0. ``(B,)``"""
     if not isinstance(task, CotSum):
-        raise ValueError(f"the cot_cir reward reads think|answer responses of the cot_sum task, got {task.name!r}")
+        raise ValueError(f"the cot_cir reward reads think|answer responses of the cot_sum or cot_first task, "
+                         f"got {task.name!r}")
     if model is None or tokenizer is None:
         raise ValueError("the cot_cir reward scores with the policy: the loop must pass model and tokenizer")
-    if weight < 0:
-        raise ValueError(f"weight must be >= 0, got {weight}")
+    if weight < 0 or sr_weight < 0:
+        raise ValueError(f"weight and sr_weight must be >= 0, got {weight}, {sr_weight}")
     r = torch.as_tensor(task.rewards(batch.texts, examples), dtype=torch.float32)
     with one_torch_thread():
         c = cir_scores(model, tokenizer, batch.prompts, batch.texts, REWARD_LEVELS).nan_to_num(0.0).float()
     if gate:
         c = c * r
     batch.metrics["cir_reward"] = float(c.mean())
-    return r + weight * c
+    out = r + weight * c
+    if sr_weight:
+        sr = sr_scores(batch.prompts, batch.texts, task)
+        batch.metrics["sr_reward"] = float(sr.mean())
+        out = out + sr_weight * sr
+    return out
 
 
 # ---------------------------------------------------------------------- planted models for tests
@@ -288,177 +340,3 @@ class PlantedAnswerModel(torch.nn.Module):
                 logp[self.digit_ids[d]] = math.log(self.sharp)
                 logits[b, t] = logp
         return SimpleNamespace(logits=logits[:, -logits_to_keep:] if logits_to_keep else logits)
-
-
-# ---------------------------------------------------------------------- the experiment
-def _sizes(prof: Profile) -> dict:
-    return dict(
-        lm=replace(prof, lm_hidden=prof.pick(smoke=32, book=64), lm_intermediate=prof.pick(smoke=64, book=256),
-                   lm_layers=prof.pick(smoke=1, book=2), lm_heads=prof.pick(smoke=2, book=4), lm_max_positions=32),
-        pretrain_steps=prof.pick(smoke=40, book=500), sft_steps=prof.pick(smoke=5, book=60),
-        rl_steps=prof.pick(smoke=2, book=30), prompts=prof.pick(smoke=2, book=8), G=prof.pick(smoke=4, book=8),
-        eval_prompts=prof.pick(smoke=8, book=96), eval_samples=prof.pick(smoke=2, book=4), rl_lr=3e-4, weight=0.5)
-
-
-def load_mixed_base(prof: Profile | None = None, seed: int = 0, progress: bool = False):
-    """The base model: the tiny LM SFT'd on ``cot_sum`` demonstrations, half faithful, half filler.
-    Deterministic for ``seed``; cached under :func:`rlcourse.cache_dir` (``cot_influence/``)."""
-    from ..lm.zoo import cached_model
-    from ..train import sft
-
-    prof = prof or current_profile()
-    S = _sizes(prof)
-    recipe = {"v": 1, "lm": S["lm"].as_dict(), "steps": S["pretrain_steps"], "seed": seed, "filler": 0.5}
-    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-    path = cache_dir() / "cot_influence" / f"base-{prof.name}-seed{seed}-{digest}"
-
-    def build():
-        tok = build_tokenizer()
-        model = build_model(tok, S["lm"], seed=seed)
-        pool = CotSum().examples(20000, seed=seed, split="train")
-        with one_torch_thread():
-            sft(model, tok, pool, steps=S["pretrain_steps"], batch_size=64, lr=1e-3, seed=seed, progress=progress)
-        return model, tok
-
-    return cached_model(path, build)
-
-
-@torch.no_grad()
-def measure(model, tokenizer, examples: Sequence[Example], samples: int, seed: int) -> dict:
-    """Sampled (temperature 1) accuracy, CIR (metric cuts k = 1..T), SR, the share of faithful-looking
-    thinks (all digits) and of malformed responses, on ``examples`` with ``samples`` each."""
-    task = CotSum()
-    with one_torch_thread():
-        batch = sample(model, tokenizer, [e.prompt for e in examples], num_generations=samples,
-                       max_new_tokens=task.digits + 3, temperature=1.0, generator=torch.Generator().manual_seed(seed))
-        per_row = [examples[int(i)] for i in batch.index]
-        cir = cir_scores(model, tokenizer, batch.prompts, batch.texts)
-    acc = task.rewards(batch.texts, per_row)
-    sr = sr_scores(batch.prompts, batch.texts)
-    ok = ~torch.isnan(cir)
-    digits = [t.rsplit("|", 1)[0].isdigit() for t in batch.texts]
-    return {"accuracy": float(acc.mean()), "cir": float(cir[ok].mean()) if ok.any() else 0.0,
-            "sr": float(sr.mean()), "faithful_share": float(np.mean(digits)), "malformed": float((~ok).float().mean())}
-
-
-@torch.no_grad()
-def path_accuracy(model, tokenizer, examples: Sequence[Example]) -> dict:
-    """Greedy accuracy of the answer when the think is forced: the faithful running sums, or filler.
-    It says how good each of the base model's two ways of answering is (the shortcut's worth)."""
-    out = {}
-    with one_torch_thread():
-        for path in ("faithful", "filler"):
-            ctx = [e.prompt + (e.meta["faithful"] if path == "faithful" else "." * len(e.meta["faithful"])) + "|"
-                   for e in examples]
-            batch = sample(model, tokenizer, ctx, temperature=0.0, max_new_tokens=2)
-            out[path] = float(np.mean([t.strip() == e.answer for t, e in zip(batch.texts, examples)]))
-    return out
-
-
-ARMS = ("GRPO", "SFT+GRPO", "GRPO+CIR")
-
-
-def run_arm(arm: str, prof: Profile | None = None, seed: int = 0) -> dict:
-    """One arm from the mixed base: ``GRPO`` (outcome reward), ``SFT+GRPO`` (a short SFT on faithful
-    scratchpads first) or ``GRPO+CIR`` (reward ``cot_cir``). Returns the metrics before and after."""
-    import copy
-
-    from ..train import RLConfig, Trainer, sft
-
-    if arm not in ARMS:
-        raise ValueError(f"unknown arm {arm!r}; arms: {ARMS}")
-    prof = prof or current_profile()
-    S = _sizes(prof)
-    base, tok = load_mixed_base(prof, seed=0)
-    model = copy.deepcopy(base)
-    task = CotSum()
-    held = task.examples(S["eval_prompts"], seed=0, split="test")
-    torch.manual_seed(seed)
-    with one_torch_thread():
-        if arm == "SFT+GRPO":
-            warm = faithful_examples(task.examples(2000, seed=100 + seed, split="train"))
-            sft(model, tok, warm, steps=S["sft_steps"], batch_size=32, lr=1e-3, seed=seed)
-        cfg = RLConfig(num_generations=S["G"], prompts_per_step=S["prompts"], steps=S["rl_steps"],
-                       learning_rate=S["rl_lr"], max_completion_length=task.digits + 3, seed=seed, progress=False,
-                       reward="cot_cir" if arm == "GRPO+CIR" else "task",
-                       reward_kwargs={"weight": S["weight"]} if arm == "GRPO+CIR" else {})
-        trainer = Trainer(model, tok, task, cfg, train_examples=task.examples(2000, seed=seed, split="train"),
-                          eval_examples=held)
-        trainer.train()
-    after = measure(model, tok, held, S["eval_samples"], seed=1000 + seed)
-    return {"arm": arm, "seed": seed, "after": after, "reward": [h["reward"] for h in trainer.history]}
-
-
-def run_experiment(prof: Profile | None = None) -> dict:
-    """Every arm on ``prof.seeds`` seeds, plus the base model measured with the same seeds' samples."""
-    prof = prof or current_profile()
-    S = _sizes(prof)
-    t0 = time.perf_counter()
-    base, tok = load_mixed_base(prof, seed=0)
-    t_base = time.perf_counter() - t0
-    held = CotSum().examples(S["eval_prompts"], seed=0, split="test")
-    seeds = list(range(prof.seeds))
-    before = [measure(base, tok, held, S["eval_samples"], seed=1000 + s) for s in seeds]
-    paths = path_accuracy(base, tok, held)
-    runs = {arm: [run_arm(arm, prof, s) for s in seeds] for arm in ARMS}
-    return {"before": before, "runs": runs, "seeds": len(seeds), "sizes": S, "profile": prof, "base_seconds": t_base, "paths": paths,
-            "seconds": time.perf_counter() - t0}
-
-
-def setting(S: dict) -> str:
-    """Our setting in words, from the sizes of :func:`_sizes`."""
-    lm = S["lm"]
-    return (f"tiny Llama ({lm.lm_layers} layers, width {lm.lm_hidden}) on cot_sum (digit sum of 4 digits mod 10), base "
-            f"SFT'd {S['pretrain_steps']} steps on 50% faithful running-sum scratchpads and 50% filler; {S['rl_steps']} "
-            f"GRPO steps of {S['prompts']} prompts x {S['G']} samples; metrics from {S['eval_samples']} samples at "
-            f"temperature 1 on {S['eval_prompts']} held-out prompts")
-
-
-def claims(prof: Profile | None = None) -> dict[str, Claim]:
-    """The chapter's claims, margins fixed before the run."""
-    c = dict(paper=PAPER, setting=setting(_sizes(prof or current_profile())))
-    return {
-        "grpo_accuracy": Claim(key="cot_influence/grpo-raises-accuracy", statement="while RLVR does improve task accuracy",
-                               source="abstract", metric="sampled accuracy on held-out prompts", method="GRPO",
-                               baseline="base model", kind="greater", margin=0.02, **c),
-        "grpo_cir": Claim(key="cot_influence/grpo-lowers-cir",
-                          statement="it does not reliably improve CIR or SR; 19/40 tasks show decreased CIR after RLVR",
-                          source="abstract; authors' README", paper_number="19/40 tasks with lower CIR",
-                          metric="mean CIR (nats) of sampled responses", method="GRPO", baseline="base model",
-                          kind="less", margin=0.0, unit="{:.4f}", **c),
-        "sft_cir": Claim(key="cot_influence/sft-warmup-raises-cir",
-                         statement="a small amount of SFT before RLVR can be a remedy for low CIR and SR", source="abstract",
-                         metric="mean CIR (nats) of sampled responses", method="SFT+GRPO", baseline="GRPO",
-                         kind="greater", margin=0.02, unit="{:.4f}", **c),
-        "aux_cir": Claim(key="cot_influence/cir-reward-raises-cir",
-                         statement="CIR and SR can be improved even without SFT by applying auxiliary CIR/SR rewards",
-                         source="abstract", metric="mean CIR (nats) of sampled responses", method="GRPO+CIR",
-                         baseline="GRPO", kind="greater", margin=0.02, unit="{:.4f}", **c),
-        "aux_sr": Claim(key="cot_influence/cir-reward-raises-sr",
-                        statement="CIR and SR can be improved even without SFT by applying auxiliary CIR/SR rewards",
-                        source="abstract", metric="rule-based SR of sampled responses", method="GRPO+CIR",
-                        baseline="GRPO", kind="greater", margin=0.02, **c),
-        "aux_accuracy": Claim(key="cot_influence/cir-reward-matches-accuracy",
-                              statement="This joint reward matches the accuracy of RLVR", source="abstract",
-                              metric="sampled accuracy on held-out prompts", method="GRPO+CIR", baseline="GRPO",
-                              kind="equivalent", margin=0.05, **c),
-    }
-
-
-def verdicts(result: dict) -> dict:
-    """The claims evaluated on :func:`run_experiment`'s result."""
-    C = claims(result.get("profile"))
-
-    def arm(name, key):
-        return [r["after"][key] for r in result["runs"][name]]
-
-    base = {key: [b[key] for b in result["before"]] for key in ("accuracy", "cir", "sr")}
-    s = result["seconds"]
-    return {
-        "grpo_accuracy": evaluate(C["grpo_accuracy"], arm("GRPO", "accuracy"), base["accuracy"], seconds=s),
-        "grpo_cir": evaluate(C["grpo_cir"], arm("GRPO", "cir"), base["cir"], seconds=s),
-        "sft_cir": evaluate(C["sft_cir"], arm("SFT+GRPO", "cir"), arm("GRPO", "cir"), seconds=s),
-        "aux_cir": evaluate(C["aux_cir"], arm("GRPO+CIR", "cir"), arm("GRPO", "cir"), seconds=s),
-        "aux_sr": evaluate(C["aux_sr"], arm("GRPO+CIR", "sr"), arm("GRPO", "sr"), seconds=s),
-        "aux_accuracy": evaluate(C["aux_accuracy"], arm("GRPO+CIR", "accuracy"), arm("GRPO", "accuracy"), seconds=s),
-    }

@@ -26,17 +26,14 @@ as the prompt samplers, on HeaPA's curriculum of Bernoulli-logit prompts.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..data import register_prompt_sampler
-from ..profiles import Profile, profile as current_profile
-from ..tasks import Example, Task, register_task
-from .heapa import (FEEDBACK_KEY, CurriculumAddition, HeapPool, ToyCurriculum, informative_probability,
-                    rollouts_to_target, toy_accuracy, toy_prompts, toy_sizes)
+from ..tasks import Example, register_task
+from .heapa import FEEDBACK_KEY, CurriculumAddition, informative_probability
 
 PAPER = ("A Survey of Reinforcement Learning for Large Language Models under Data Scarcity: Challenges and "
          "Solutions, Zhiyin Yu et al., 2026, arXiv:2604.17312")
@@ -412,286 +409,18 @@ class ScarcityAddition(CurriculumAddition):
 register_task("scarcity_addition")(ScarcityAddition)
 
 
-# ---------------------------------------------------------------------- the exact toy
-TOY_ARMS = ("uniform", "pass_filter", "synth_easier", "heapa", "replay", "oracle")
-REPLAY = {"groups": 4, "capacity": 256, "alpha": 0.6, "tau": 10.0, "beta": 0.4, "clip": 0.2}
+# ---------------------------------------------------------------------- the experiment, in rlcourse.studies.data_scarcity
+_STUDY_NAMES = frozenset((
+    'REPLAY', 'rollouts_to_target', 'toy_run',
+    'LM_ARMS', 'TOY_ARMS', 'lm_claims', 'lm_experiment', 'lm_run', 'lm_sizes', 'toy_claims',
+    'toy_experiment',
+))
 
 
-def _toy_gradient(y, p_now, adv, level_ids, n_levels: int, weight=None, clip: float | None = None,
-                  p_old=None) -> np.ndarray:
-    """Per-level sum of ``w * A * (y - p_now)`` over the groups (the logit score of a Bernoulli);
-    with ``p_old``, each sample also carries PPO's ratio ``pi_now(y) / pi_old(y)`` and is dropped
-    where the clip at ``1 +- clip`` stops its gradient."""
-    g = adv * (y - p_now[:, None])
-    if p_old is not None:
-        ratio = np.where(y == 1, p_now[:, None] / p_old[:, None], (1 - p_now[:, None]) / (1 - p_old[:, None]))
-        clipped = ((adv > 0) & (ratio > 1 + clip)) | ((adv < 0) & (ratio < 1 - clip))
-        g = np.where(clipped, 0.0, ratio * g)
-    if weight is not None:
-        g = g * np.asarray(weight)[:, None]
-    out = np.zeros(n_levels)
-    np.add.at(out, level_ids, g.sum(1))
-    return out
+def __getattr__(name):
+    """The chapter's experiment lives in :mod:`rlcourse.studies.data_scarcity`; its names stay importable here."""
+    if name in _STUDY_NAMES:
+        from ..studies import data_scarcity as study
 
-
-def toy_run(arm: str, seed: int, steps: int, prompts: int = 8, G: int = 8, toy: ToyCurriculum = ToyCurriculum(),
-            eval_every: int = 5, passes: float = 2.0) -> dict:
-    """GRPO on HeaPA's curriculum toy, the prompts chosen by ``arm``; the same seeds give every arm
-    the same seed prompts and held-out prompts.
-
-    ============  ======================================================================
-    arm           ``uniform``; ``pass_filter`` (:func:`eligible` with ``(0, 1)`` and a cooldown of ``passes``
-                  passes over the seed pool, :func:`cooldown_steps`);
-                  ``synth_easier`` (the filter; an all-failed prompt of level d spawns up to 2
-                  prompts of level d - 1 with its offset); ``heapa`` (:class:`HeapPool` with
-                  growth in the band (0.1, 0.7)); ``replay`` (uniform fresh groups plus
-                  :data:`REPLAY` ``groups`` replayed from a freshness-aware PER buffer, PPO's
-                  clipped ratio and PER weights on them); ``oracle`` (weights P(informative)
-                  of the TRUE pass rates)
-    returns       ``rollouts (E,)`` fresh rollouts spent at each check, ``accuracy (E,)``
-                  held-out mean pass rate, ``zero_var (steps,)`` share of all-equal fresh
-                  groups, ``pool (steps,)`` pool size
-    ============  ======================================================================
-    """
-    from ..replay import ReplayBuffer, group_priority
-
-    if arm not in TOY_ARMS:
-        raise ValueError(f"unknown toy arm {arm!r}; choose one of {TOY_ARMS}")
-    rng, gen = np.random.default_rng([seed, 11]), torch.Generator().manual_seed(seed)
-    levels, offsets = toy_prompts(toy, toy.per_level, np.random.default_rng([seed, 1]))
-    held = toy_prompts(toy, toy.held_per_level, np.random.default_rng([seed, 2]))
-    lv, off = list(levels), list(offsets)
-    rates, at, kids = [math.nan] * len(lv), [0] * len(lv), [0] * len(lv)
-    cooldown = cooldown_steps(len(lv), prompts, passes)
-    theta = np.array(toy.start, dtype=float)
-    hp = None
-    if arm == "heapa":
-        hp = HeapPool(len(lv))
-        for i in range(len(lv)):
-            hp.add(i)
-    buf = ReplayBuffer(REPLAY["capacity"], REPLAY["alpha"], REPLAY["tau"]) if arm == "replay" else None
-    curve_r, curve_a, zero_var, sizes = [0], [toy_accuracy(theta, held)], [], []
-    for step in range(1, steps + 1):
-        if arm == "uniform" or arm == "replay":
-            ids = torch.randperm(len(lv), generator=gen)[:prompts].tolist()
-        elif arm in ("pass_filter", "synth_easier"):
-            ids = filtered_draw(eligible(rates, at, step, 0.0, 1.0, cooldown), prompts, gen)
-        elif arm == "oracle":
-            w = torch.as_tensor(informative_probability(1 / (1 + np.exp(-(theta[lv] + np.array(off)))), G) + 1e-12)
-            ids = torch.multinomial(w, prompts, replacement=False, generator=gen).tolist()
-        else:
-            rids = hp.draw(prompts, gen, "medium")
-            ids = [hp.records[r].item for r in rids]
-        L, O = np.array(lv)[ids], np.array(off)[ids]
-        p = 1 / (1 + np.exp(-(theta[L] + O)))
-        y = (rng.random((len(ids), G)) < p[:, None]).astype(float)
-        std = y.std(1, ddof=1, keepdims=True)
-        adv = (y - y.mean(1, keepdims=True)) / (std + 1e-6)
-        grad = _toy_gradient(y, p, adv, L, toy.levels)
-        groups = len(ids)
-        if buf is not None:
-            buf.refresh(step)
-            if len(buf) >= REPLAY["groups"]:
-                slots, wts = buf.sample(REPLAY["groups"], torch.rand(REPLAY["groups"], generator=gen,
-                                                                     dtype=torch.float64).numpy(), REPLAY["beta"])
-                old = [buf.items[s] for s in slots.tolist()]
-                Lr = np.array([o[0] for o in old])
-                pn = 1 / (1 + np.exp(-(theta[Lr] + np.array([o[1] for o in old]))))
-                grad = grad + _toy_gradient(np.stack([o[2] for o in old]), pn, np.stack([o[3] for o in old]), Lr,
-                                            toy.levels, weight=wts, clip=REPLAY["clip"],
-                                            p_old=np.array([o[4] for o in old]))
-                groups += len(old)
-            for j in range(len(ids)):
-                buf.add((L[j], O[j], y[j], adv[j], p[j]), group_priority(torch.as_tensor(y[j]), "advantage"), step)
-        step_theta = grad / (groups * G)
-        theta = theta + toy.lr * step_theta
-        theta[1:] += toy.lr * toy.transfer * step_theta[:-1]
-        zero_var.append(float((std[:, 0] == 0).mean()))
-        for j, i in enumerate(ids):
-            rates[i], at[i] = float(y[j].mean()), step
-        if arm == "synth_easier":
-            for i in ids:
-                if rates[i] == 0.0 and kids[i] < 2 and lv[i] > 0:
-                    kids[i] += 1
-                    lv.append(lv[i] - 1)
-                    off.append(off[i])
-                    rates.append(math.nan), at.append(0), kids.append(0)
-        if hp is not None:
-            for r, i in zip(rids, ids):
-                hp.score(r, rates[i] * G, G)
-                rec = hp.records[r]
-                if 0.1 < rec.rate < 0.7 and len(rec.children) < 2:
-                    lv.append(lv[i])
-                    off.append(off[i] + rng.normal(0.0, toy.child_jitter))
-                    rates.append(math.nan), at.append(0), kids.append(0)
-                    hp.add(len(lv) - 1, parent=r)
-        sizes.append(len(hp) if hp is not None else len(lv))
-        if step % eval_every == 0 or step == steps:
-            curve_r.append(step * prompts * G)
-            curve_a.append(toy_accuracy(theta, held))
-    return {"rollouts": np.array(curve_r), "accuracy": np.array(curve_a), "zero_var": np.array(zero_var),
-            "pool": np.array(sizes), "theta": theta}
-
-
-def summarise(runs: dict, target: float, budget: int) -> dict:
-    """Per arm over seeds: rollouts to ``target`` (censored at ``budget``), how many were censored,
-    accuracy at the budget (the last check), all-equal share of the fresh groups."""
-    out = {"to_target": {}, "censored": {}, "final": {}, "zero_var": {}}
-    for a, rs in runs.items():
-        hits = [rollouts_to_target(r["rollouts"], r["accuracy"], target, budget) for r in rs]
-        out["to_target"][a] = np.array([h[0] for h in hits])
-        out["censored"][a] = int(sum(h[1] for h in hits))
-        out["final"][a] = np.array([r["accuracy"][-1] for r in rs])
-        out["zero_var"][a] = np.array([r["zero_var"].mean() for r in rs])
-    return out
-
-
-def toy_experiment(prof: Profile | None = None, arms: tuple = TOY_ARMS, steps: int | None = None,
-                   toy: ToyCurriculum = ToyCurriculum()) -> dict:
-    """Every arm on the same seeds at HeaPA's toy sizes (:func:`~rlcourse.methods.heapa.toy_sizes`:
-    8 prompts x 8 rollouts a step, target 0.75); ``steps`` overrides the budget."""
-    prof = prof or current_profile()
-    sz = dict(toy_sizes(prof))
-    if steps is not None:
-        sz["steps"] = steps
-    budget = sz["steps"] * sz["prompts"] * sz["G"]
-    t0 = time.perf_counter()
-    runs = {a: [toy_run(a, s, sz["steps"], sz["prompts"], sz["G"], toy=toy, eval_every=sz["eval_every"])
-                for s in range(sz["seeds"])] for a in arms}
-    out = {"sizes": sz, "budget": budget, "runs": runs, **summarise(runs, sz["target"], budget)}
-    out["seconds"] = time.perf_counter() - t0
-    return out
-
-
-def toy_claims(budget: int, target: float) -> dict:
-    """The toy's claims, fixed before the run. The survey gives no numbers: every claim here is the
-    book's own reading of a branch of its taxonomy, margins 0 (any reduction counts)."""
-    from ..claims import Claim
-
-    setting = (f"exact toy (HeaPA's curriculum): 5 difficulty levels x 40 seed prompts with known Bernoulli-logit "
-               f"pass rates, GRPO, 8 prompts x 8 rollouts a step, budget {budget} fresh rollouts, target held-out "
-               f"mean pass rate {target}")
-    metric = f"fresh rollouts until the held-out mean pass rate first reaches {target} (the budget if never)"
-    src = "ours: the survey's data-centric branch (pruning/selection, synthesis) [secondary summary], tested here"
-    common = dict(paper=PAPER, setting=setting, metric=metric, kind="less", margin=0.0, unit="{:.0f}", source=src)
-    out = {"control": Claim(key="data_scarcity/toy-oracle-control", role="positive control", statement="positive control: drawing prompts by "
-                            "their true chance of an informative group needs fewer rollouts than uniform draws",
-                            method="oracle", baseline="uniform", **common)}
-    words = {"pass_filter": "filtering to 0 < p_hat < 1", "synth_easier": "the filter plus easier variants of failed prompts",
-             "heapa": "HeaPA's growing heap pool", "replay": "replaying past groups (freshness-aware PER)"}
-    for arm, w in words.items():
-        out[arm] = Claim(key=f"data_scarcity/toy-arm-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
-                         "uniform prompt sampling", method=arm, baseline="uniform", **common)
-    out["synth_vs_filter"] = Claim(key="data_scarcity/toy-synth-beyond-filter", statement="adding easier variants of "
-                                   "prompts the filter drops needs fewer rollouts than the filter alone (our reading: "
-                                   "synthesis should help when the hard set is too hard)", method="synth_easier",
-                                   baseline="pass_filter", **common)
-    return out
-
-
-# ---------------------------------------------------------------------- the language-model run
-LM_ARMS = {  # name -> RLConfig overrides; every arm: the same base model, seed pool, budget and rate
-    "uniform": dict(prompt_sampler="uniform", sampler="policy"),
-    "pass_filter": dict(prompt_sampler="pass_filter", sampler="heapa_feedback"),
-    "synth_easier": dict(prompt_sampler="synth_easier", sampler="heapa_feedback"),
-    "heapa": dict(prompt_sampler="heapa", sampler="heapa_feedback"),
-    "replay": dict(prompt_sampler="uniform", sampler="replay", policy_loss="ppo_is",
-                   sampler_kwargs=dict(replay_groups=4, capacity=256, tau=10.0, priority="advantage")),
-}
-
-
-def lm_sizes(prof: Profile) -> dict:
-    """HeaPA's tiny-LM sizes (:func:`rlcourse.methods.heapa.lm_sizes`: seed pool, 8 prompts x 8
-    rollouts, 36 steps in the book profile, target base accuracy + 0.10), with ``held`` halved to 32
-    prompts per level so that five arms fit the chapter's time."""
-    from .heapa import lm_sizes as heapa_lm_sizes
-
-    sz = dict(heapa_lm_sizes(prof))
-    sz["held"] = prof.pick(smoke=8, book=32)
-    return sz
-
-
-def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
-    """GRPO on ``scarcity_addition`` from HeaPA's cached base model (built on ``heapa_addition``,
-    the same prompts), the prompts and samples chosen by ``LM_ARMS[arm]`` through the config.
-    Returns greedy accuracy per level at each check against fresh rollouts spent, the all-equal
-    share per step and the final pool size."""
-    from ..lm.zoo import greedy_accuracy, load_base_model
-    from ..profiles import one_torch_thread
-    from ..train import RLConfig, Trainer
-    from .heapa import _held_by_level
-
-    if arm not in LM_ARMS:
-        raise ValueError(f"unknown LM arm {arm!r}; choose one of {sorted(LM_ARMS)}")
-    prof = prof or current_profile()
-    sz = lm_sizes(prof)
-    task = ScarcityAddition()
-    model, tok = load_base_model("heapa_addition", strength=sz["strength"], prof=prof, progress=False)
-    held = _held_by_level(task, sz["held"])
-    seen, pool = set(), []
-    for e in task.examples(10 * sz["pool"], seed=1000 + seed, split="train"):
-        if e.prompt not in seen and len(pool) < sz["pool"]:
-            seen.add(e.prompt)
-            pool.append(e)
-    cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], max_completion_length=12,
-                   steps=sz["steps"], learning_rate=sz["lr"], seed=seed, progress=False, **LM_ARMS[arm])
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=held[1][:1])
-
-        def check():
-            return [greedy_accuracy(trainer.model, tok, task, held[d], max_new_tokens=12) for d in sorted(held)]
-
-        curve, rollouts, zero = [check()], [0], []
-        while trainer.step_count < sz["steps"]:
-            m = trainer.step()
-            zero.append(m["frac_zero_std_groups"])
-            if trainer.step_count % sz["eval_every"] == 0 or trainer.step_count == sz["steps"]:
-                curve.append(check())
-                rollouts.append(trainer.step_count * sz["prompts"] * sz["G"])
-    acc = np.array(curve)
-    st = trainer.state
-    size = len(st[MEMORY_KEY]["items"]) if MEMORY_KEY in st else len(st["heapa"]) if "heapa" in st else len(pool)
-    return {"rollouts": np.array(rollouts), "by_level": acc, "accuracy": acc.mean(1), "zero_var": np.array(zero),
-            "seconds": time.perf_counter() - t0, "pool": size}
-
-
-def lm_experiment(prof: Profile | None = None, arms: tuple | None = None) -> dict:
-    """Every arm on ``seeds`` seeds; rollouts to the target (base accuracy + gain, censored at the
-    budget), accuracy at the budget, the all-equal share; ``base`` is the untrained model's
-    held-out accuracy (the same for every seed: one base model)."""
-    prof = prof or current_profile()
-    sz = lm_sizes(prof)
-    arms = tuple(arms or LM_ARMS)
-    t0 = time.perf_counter()
-    runs = {a: [lm_run(a, s, prof) for s in range(sz["seeds"])] for a in arms}
-    base = float(runs[arms[0]][0]["accuracy"][0])
-    target, budget = base + sz["gain"], sz["steps"] * sz["prompts"] * sz["G"]
-    out = {"sizes": sz, "runs": runs, "base": base, "base_by_level": runs[arms[0]][0]["by_level"][0],
-           "target": target, "budget": budget, **summarise(runs, target, budget)}
-    out["seconds"] = time.perf_counter() - t0
-    return out
-
-
-def lm_claims(budget: int, gain: float) -> dict:
-    """The tiny-LM claims, fixed before the run: the same comparisons as the toy (no oracle: the
-    positive control is that uniform GRPO itself moves held-out accuracy above the base model's)."""
-    from ..claims import Claim
-
-    setting = (f"tiny Llama (book profile) SFT to about 50% greedy accuracy on 1- to 4-digit addition (HeaPA's base "
-               f"model); GRPO at the profile's rate, 8 prompts x 8 rollouts a step from a seed pool of 96 prompts, "
-               f"budget {budget} fresh rollouts; target: the base model's held-out greedy accuracy + {gain}")
-    metric = "fresh rollouts until held-out greedy accuracy (mean over the 4 levels) first reaches the target (the budget if never)"
-    src = "ours: the survey's data-centric branch (pruning/selection, synthesis) [secondary summary], tested here"
-    common = dict(paper=PAPER, setting=setting, source=src)
-    out = {"control": Claim(key="data_scarcity/lm-uniform-learns", statement="positive control: at this budget "
-                            "uniform GRPO raises held-out greedy accuracy above the base model's", method="uniform",
-                            baseline="base", kind="greater", margin=0.0, metric="held-out greedy accuracy at the budget",
-                            unit="{:.3f}", **common)}
-    words = {"pass_filter": "filtering to 0 < p_hat < 1", "synth_easier": "the filter plus easier variants of failed prompts",
-             "heapa": "HeaPA's growing heap pool", "replay": "replaying past groups (freshness-aware PER)"}
-    for arm, w in words.items():
-        out[arm] = Claim(key=f"data_scarcity/lm-arm-{arm}", statement=f"{w} reaches the target with fewer rollouts than "
-                         "uniform prompt sampling", method=arm, baseline="uniform", kind="less", margin=0.0,
-                         metric=metric, unit="{:.0f}", **common)
-    return out
+        return getattr(study, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,23 +24,14 @@ name                kind        what it is
 """
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import math
 import re
 import time
-from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from ..claims import Claim, evaluate
-from ..lm.model import build_model
-from ..lm.sampling import sample
-from ..lm.tokenizer import build_tokenizer
-from ..profiles import Profile, cache_dir, one_torch_thread, profile as current_profile
 from ..rewards import register_reward
 from ..tasks import Example, Score, Task, register_task
 
@@ -237,234 +228,23 @@ def lora_grads(G: torch.Tensor, X: torch.Tensor, A: torch.Tensor, B: torch.Tenso
 
 def judge_shift_bound(kl: float, j_sup: float = 1.0) -> float:
     """Pinsker's bound on how far any policy within ``KL(pi || pi0) <= kl`` can move the expected
-    judge score: ``|E_pi J - E_pi0 J| <= 2 TV ||J||_inf <= sqrt(2 kl) ||J||_inf``."""
+    score of a judge with values in ``[0, j_sup]``: ``|E_pi J - E_pi0 J| <= TV j_sup <= sqrt(kl / 2) j_sup``."""
     if not (kl >= 0 and j_sup >= 0):
         raise ValueError(f"kl and j_sup must be >= 0, got {kl}, {j_sup}")
-    return math.sqrt(2 * kl) * j_sup
+    return math.sqrt(kl / 2) * j_sup
 
 
-# ---------------------------------------------------------------------- the experiment
-def sizes(prof: Profile | None = None) -> dict:
-    """Every size of the experiment, from the profile (fixed before the book run)."""
-    prof = prof or current_profile()
-    lm = replace(prof, lm_hidden=prof.pick(smoke=32, book=64), lm_intermediate=prof.pick(smoke=64, book=192),
-                 lm_layers=prof.pick(smoke=1, book=2), lm_heads=prof.pick(smoke=2, book=4), lm_max_positions=96)
-    return dict(lm=lm, base_steps=prof.pick(smoke=20, book=500), base_lr=2e-3, lora_r=8, lora_alpha=16,
-                sft_steps=prof.pick(smoke=4, book=100), sft_batch=prof.pick(smoke=8, book=32), sft_lr=3e-3,
-                full_lr=1e-3, control_sft_steps=prof.pick(smoke=2, book=10),
-                rl_steps=prof.pick(smoke=2, book=80), prompts=prof.pick(smoke=2, book=8),
-                G=prof.pick(smoke=4, book=8), rl_lr=3e-4, noises=(0.2, 0.7),
-                eval_prompts=prof.pick(smoke=16, book=256), weights={"w_format": 0.2, "w_label": 1.0, "w_judge": 0.5})
+# ---------------------------------------------------------------------- the experiment, in rlcourse.studies.epm_rl
+_STUDY_NAMES = frozenset((
+    '_train_flops', 'claims', 'cost_table', 'count_parameters', 'load_base', 'measure', 'plant_label_deficit',
+    'rl_stage', 'run_experiment', 'run_seed', 'setting', 'sft_stage', 'sizes', 'verdicts',
+))
 
 
-def load_base(prof: Profile | None = None, seed: int = 0, progress: bool = False):
-    """The "general" base: the tiny LM fully fine-tuned on clean (noise 0) pairs with rationales,
-    before it meets promotional noise. Deterministic for ``seed``; cached (``epm_rl/``)."""
-    from ..lm.zoo import cached_model
-    from ..train import sft
+def __getattr__(name):
+    """The chapter's experiment lives in :mod:`rlcourse.studies.epm_rl`; its names stay importable here."""
+    if name in _STUDY_NAMES:
+        from ..studies import epm_rl as study
 
-    prof = prof or current_profile()
-    S = sizes(prof)
-    recipe = {"v": 1, "lm": S["lm"].as_dict(), "steps": S["base_steps"], "lr": S["base_lr"], "seed": seed}
-    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-    path = cache_dir() / "epm_rl" / f"base-{prof.name}-seed{seed}-{digest}"
-
-    def build():
-        tok = build_tokenizer()
-        model = build_model(tok, S["lm"], seed=seed)
-        pool = ProductPairs(0.0).examples(20000, seed=seed, split="train")
-        with one_torch_thread():
-            sft(model, tok, pool, steps=S["base_steps"], batch_size=64, lr=S["base_lr"], seed=seed, progress=progress)
-        return model, tok
-
-    return cached_model(path, build)
-
-
-@torch.no_grad()
-def measure(model, tokenizer, examples: Sequence[Example]) -> dict:
-    """Greedy decoding on held-out pairs: balanced accuracy (mean of the recall on matches and on
-    non-matches), faithfulness (share with judge score 1), format rate, and tokens per pair."""
-    with one_torch_thread():
-        batch = sample(model, tokenizer, [e.prompt for e in examples], temperature=0.0, max_new_tokens=16)
-    parts = reward_parts(batch.texts, examples)
-    y = np.array([e.answer == "Y" for e in examples])
-    lab = parts["label"].numpy()
-    recall = [float(lab[y].mean()) if y.any() else 0.0, float(lab[~y].mean()) if (~y).any() else 0.0]
-    return {"accuracy": float(np.mean(recall)), "faithful": float((parts["judge"] == 1).float().mean()),
-            "format": float(parts["format"].mean()), "label_acc": float(lab.mean()),
-            "infer_tokens": float(batch.prompt_mask.sum() + batch.response_mask.sum()) / len(examples),
-            "new_tokens": float(batch.response_mask.sum()) / len(examples)}
-
-
-def count_parameters(model) -> tuple[int, int]:
-    """``(trainable, total)`` parameters (tied embeddings counted once)."""
-    seen, total, train = set(), 0, 0
-    for p in model.parameters():
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        total += p.numel()
-        train += p.numel() if p.requires_grad else 0
-    return train, total
-
-
-def _train_flops(tokens: float, n_total: int, n_train: int) -> float:
-    """Training FLOPs of ``tokens`` through a model: 2N forward + 2N for the activations' gradients
-    + 2 N_trainable for the weights' gradients (a frozen weight needs no weight gradient)."""
-    return tokens * (4 * n_total + 2 * n_train)
-
-
-def sft_stage(model, tokenizer, task: ProductPairs, steps: int, S: dict, seed: int, lr: float) -> dict:
-    """SFT on teacher rationales of noisy pairs; returns seconds, tokens and FLOPs."""
-    from ..train import sft
-
-    pool = task.examples(4000, seed=100 + seed, split="train")
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        sft(model, tokenizer, pool, steps=steps, batch_size=S["sft_batch"], lr=lr, seed=seed)
-    per = np.mean([len(e.prompt) + len(e.solution) + 1 for e in pool])
-    tokens = steps * S["sft_batch"] * per
-    n_train, n_total = count_parameters(model)
-    return {"seconds": time.perf_counter() - t0, "train_tokens": tokens, "flops": _train_flops(tokens, n_total, n_train)}
-
-
-def rl_stage(model, tokenizer, task: ProductPairs, S: dict, seed: int, reward: str = "epm_composite",
-             reward_kwargs: dict | None = None) -> dict:
-    """GRPO on the LoRA adapter with ``reward``; returns seconds, tokens, FLOPs and the reward curve."""
-    from ..train import RLConfig, Trainer
-
-    cfg = RLConfig(num_generations=S["G"], prompts_per_step=S["prompts"], steps=S["rl_steps"], learning_rate=S["rl_lr"],
-                   max_completion_length=16, seed=seed, progress=False, reward=reward,
-                   reward_kwargs=dict(reward_kwargs or {}))
-    trainer = Trainer(model, tokenizer, task, cfg, train_examples=task.examples(2000, seed=200 + seed, split="train"),
-                      eval_examples=task.examples(8, seed=0, split="test"))
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        trainer.train()
-    sampled = sum(h["prompt_tokens"] + h["response_tokens"] for h in trainer.history)
-    trained = sum((h["prompt_tokens"] + h["response_tokens"]) * h["frac_rows_trained"] for h in trainer.history)
-    n_train, n_total = count_parameters(model)
-    return {"seconds": time.perf_counter() - t0, "train_tokens": sampled + trained,
-            "flops": sampled * 2 * n_total + _train_flops(trained, n_total, n_train),
-            "reward": [h["reward"] for h in trainer.history]}
-
-
-def run_seed(noise: float, seed: int, prof: Profile | None = None, ablation: bool = False) -> dict:
-    """One seed at one noise level: LoRA SFT, then RL with the full reward. With ``ablation`` also RL
-    without the judge, a full fine-tune with the same SFT budget, and the positive control (the same RL
-    stage and reward from an adapter SFT'd for only ``control_sft_steps`` steps). Every arm is measured on
-    the same held-out pairs."""
-    from ..capstone.models import add_lora
-
-    prof = prof or current_profile()
-    S = sizes(prof)
-    base, tok = load_base(prof)
-    task = ProductPairs(noise)
-    held = task.examples(S["eval_prompts"], seed=0, split="test")
-    torch.manual_seed(seed)
-    out: dict = {"noise": noise, "seed": seed, "base": measure(base, tok, held)}
-    out["base"].update(trainable=0, seconds=0.0, flops=0.0, train_tokens=0.0)
-    lora = add_lora(copy.deepcopy(base), r=S["lora_r"], alpha=S["lora_alpha"], seed=seed)
-    cost = sft_stage(lora, tok, task, S["sft_steps"], S, seed, S["sft_lr"])
-    n_train = count_parameters(lora)[0]
-    out["SFT-LoRA"] = {**measure(lora, tok, held), "trainable": n_train, **cost}
-    arms = [("SFT-LoRA+RL", S["weights"])] + ([("SFT-LoRA+RL (no judge)", {**S["weights"], "w_judge": 0.0})]
-                                               if ablation else [])
-    for name, w in arms:
-        m = copy.deepcopy(lora)
-        rl = rl_stage(m, tok, task, S, seed, reward_kwargs=w)
-        out[name] = {**measure(m, tok, held), "trainable": n_train, "seconds": cost["seconds"] + rl["seconds"],
-                     "flops": cost["flops"] + rl["flops"], "train_tokens": cost["train_tokens"] + rl["train_tokens"],
-                     "reward": rl["reward"]}
-    if ablation:
-        full = copy.deepcopy(base)
-        fcost = sft_stage(full, tok, task, S["sft_steps"], S, seed, S["full_lr"])
-        out["SFT-full"] = {**measure(full, tok, held), "trainable": count_parameters(full)[0], **fcost}
-        weak = add_lora(copy.deepcopy(base), r=S["lora_r"], alpha=S["lora_alpha"], seed=seed)
-        sft_stage(weak, tok, task, S["control_sft_steps"], S, seed, S["sft_lr"])
-        out["weak SFT"] = measure(weak, tok, held)
-        rl_stage(weak, tok, task, S, seed, reward_kwargs=S["weights"])
-        out["weak SFT+RL"] = measure(weak, tok, held)
-    return out
-
-
-def run_experiment(prof: Profile | None = None) -> dict:
-    """Every noise level on ``prof.seeds`` seeds; the ablation and controls at the highest noise."""
-    prof = prof or current_profile()
-    S = sizes(prof)
-    t0 = time.perf_counter()
-    load_base(prof)
-    t_base = time.perf_counter() - t0
-    seeds = list(range(prof.seeds))
-    hi = max(S["noises"])
-    runs = {nz: [run_seed(nz, s, prof, ablation=nz == hi) for s in seeds] for nz in S["noises"]}
-    return {"runs": runs, "seeds": len(seeds), "sizes": S, "profile": prof, "base_seconds": t_base,
-            "seconds": time.perf_counter() - t0}
-
-
-def setting(S: dict) -> str:
-    """Our setting in words, from :func:`sizes`."""
-    lm = S["lm"]
-    return (f"tiny Llama ({lm.lm_layers} layers, width {lm.lm_hidden}) SFT'd {S['base_steps']} steps on clean pairs; "
-            f"LoRA r={S['lora_r']} SFT {S['sft_steps']} steps x {S['sft_batch']} on noisy pairs; GRPO {S['rl_steps']} "
-            f"steps of {S['prompts']} prompts x {S['G']} samples on the adapter, no KL term; rule judge; greedy "
-            f"balanced accuracy on {S['eval_prompts']} held-out pairs")
-
-
-def claims(prof: Profile | None = None) -> dict[str, Claim]:
-    """The chapter's claims, margins fixed before the run."""
-    S = sizes(prof or current_profile())
-    c = dict(paper=PAPER, setting=setting(S), source="abstract")
-    out = {}
-    for nz in S["noises"]:
-        out[f"rl_{nz:g}"] = Claim(
-            key=f"epm_rl/rl-over-peft-noise{nz:g}", statement="EPM-RL consistently improves over PEFT-only training",
-            metric=f"greedy balanced accuracy, noise {nz:g}", method="SFT-LoRA+RL", baseline="SFT-LoRA",
-            kind="greater", margin=0.02, **c)
-    hi = max(S["noises"])
-    out["ablation_accuracy"] = Claim(
-        key="epm_rl/no-judge-keeps-accuracy", statement="[ours] dropping the judge term keeps accuracy",
-        metric=f"greedy balanced accuracy, noise {hi:g}", method="SFT-LoRA+RL (no judge)", baseline="SFT-LoRA+RL",
-        kind="equivalent", margin=0.03, **c)
-    out["ablation_faithful"] = Claim(
-        key="epm_rl/no-judge-loses-faithfulness",
-        statement="[ours] dropping the judge term lowers rationale faithfulness",
-        metric=f"share of faithful rationales (judge = 1), noise {hi:g}", method="SFT-LoRA+RL (no judge)",
-        baseline="SFT-LoRA+RL", kind="less", margin=0.01, **c)
-    out["control"] = Claim(
-        key="epm_rl/control-rl-lifts-weak-sft", role="positive control",
-        statement=f"positive control: the same RL stage lifts an adapter SFT'd for {S['control_sft_steps']} steps",
-        metric=f"greedy balanced accuracy, noise {hi:g}", method="weak SFT+RL", baseline="weak SFT",
-        kind="greater", margin=0.02, **c)
-    return out
-
-
-def verdicts(result: dict) -> dict:
-    """The claims evaluated on :func:`run_experiment`'s result."""
-    C = claims(result.get("profile"))
-    runs, s = result["runs"], result["seconds"]
-    hi = max(runs)
-
-    def arm(nz, name, key="accuracy"):
-        return [r[name][key] for r in runs[nz]]
-
-    V = {f"rl_{nz:g}": evaluate(C[f"rl_{nz:g}"], arm(nz, "SFT-LoRA+RL"), arm(nz, "SFT-LoRA"), seconds=s)
-         for nz in runs}
-    V["ablation_accuracy"] = evaluate(C["ablation_accuracy"], arm(hi, "SFT-LoRA+RL (no judge)"),
-                                      arm(hi, "SFT-LoRA+RL"), seconds=s)
-    V["ablation_faithful"] = evaluate(C["ablation_faithful"], arm(hi, "SFT-LoRA+RL (no judge)", "faithful"),
-                                      arm(hi, "SFT-LoRA+RL", "faithful"), seconds=s)
-    V["control"] = evaluate(C["control"], arm(hi, "weak SFT+RL"), arm(hi, "weak SFT"), seconds=s)
-    return V
-
-
-def cost_table(result: dict) -> list[dict]:
-    """Quality against cost at the highest noise, means over seeds (measured, not typed)."""
-    runs = result["runs"][max(result["runs"])]
-    rows = []
-    for name in ("base", "SFT-LoRA", "SFT-LoRA+RL", "SFT-LoRA+RL (no judge)", "SFT-full"):
-        ds = [r[name] for r in runs]
-        rows.append({"arm": name, **{k: float(np.mean([d[k] for d in ds]))
-                                     for k in ("accuracy", "faithful", "trainable", "seconds", "flops", "train_tokens",
-                                               "infer_tokens")}})
-    return rows
+        return getattr(study, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

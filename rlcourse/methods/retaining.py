@@ -131,18 +131,30 @@ def sft_gradient(x: np.ndarray, theta: np.ndarray, setting: TwoModeSetting) -> n
     return score.mean(0)
 
 
-def rl_gradient(x: np.ndarray, theta: np.ndarray, setting: TwoModeSetting) -> np.ndarray:
-    """REINFORCE estimate of ``grad E_q[r]`` from the policy's own new-task samples.
+def sample_policy(theta: np.ndarray, setting: TwoModeSetting, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``(n,)`` draws from the whole policy ``q`` (for a mixture: the component first, then the Gaussian)."""
+    if setting.family != "mixture":
+        return rng.normal(theta[0], theta[1], n)
+    pi1, mu1, s1, mu2, s2 = theta
+    old = rng.random(n) < pi1
+    return np.where(old, rng.normal(mu1, s1, n), rng.normal(mu2, s2, n))
 
-    ``x`` ``(n,)`` are drawn from the policy's new component ``q2``; the reward is
+
+def rl_gradient(x: np.ndarray, theta: np.ndarray, setting: TwoModeSetting, from_policy: bool = False) -> np.ndarray:
+    """REINFORCE estimate of ``grad E_q[r]`` from the policy's own samples.
+
+    By default ``x`` ``(n,)`` are drawn from the policy's new component ``q2`` (the modelling
+    assumption that on a new-task prompt the policy samples from its new-task component); the reward is
     ``r(x) = log p_new(x) - log(beta q2(x))`` (reverse KL of the new component to the new task, with an
     offset ``-log beta``); the weight ``q(x)/q2(x)`` turns the average into one over the whole policy,
-    so the estimate is ``mean(r w score)``. For a single Gaussian ``q = q2`` and ``w = 1``."""
+    so the estimate is ``mean(r w score)``. With ``from_policy`` the ``x`` are drawn from the whole
+    policy ``q`` (old mode included) and ``w = 1``. For a single Gaussian ``q = q2`` and ``w = 1``."""
     mu2, s2 = new_component(theta, setting)
     q2 = np.maximum(normal_pdf(x, mu2, s2), 1e-300)
     r = np.log(np.maximum(normal_pdf(x, setting.new_mu, setting.new_sigma), 1e-300)) - np.log(setting.beta * q2)
     q, score = (mixture_score if setting.family == "mixture" else single_score)(x, theta)
-    return ((r * q / q2)[:, None] * score).mean(0)
+    w = 1.0 if from_policy else q / q2
+    return ((r * w)[:, None] * score).mean(0)
 
 
 GRID = np.linspace(-10.0, 10.0, 1001)
@@ -177,15 +189,16 @@ def project(theta: np.ndarray, setting: TwoModeSetting) -> np.ndarray:
 
 def simulate(setting: TwoModeSetting, method: str, lr: float, seed: int = 0) -> dict:
     """Train the policy by ``method`` (``"sft"``: data from the new mode; ``"rl"``: the policy's own
-    new-task samples) with plain gradient ascent at ``lr`` (times ``setting.speed``).
+    samples from its new-task component; ``"rl_policy"``: the same reward with samples from the whole
+    policy, old mode included) with plain gradient ascent at ``lr`` (times ``setting.speed``).
 
     ========= ================ ===========================================
     theta     ``(iters+1, d)`` parameters after each iteration (row 0: init)
     old, new  ``(iters+1,)``   :func:`mode_overlap` after each iteration
     ========= ================ ===========================================
     """
-    if method not in ("sft", "rl"):
-        raise ValueError(f"method must be 'sft' or 'rl', got {method!r}")
+    if method not in ("sft", "rl", "rl_policy"):
+        raise ValueError(f"method must be 'sft', 'rl' or 'rl_policy', got {method!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr}")
     rng = np.random.default_rng(seed)
@@ -195,10 +208,13 @@ def simulate(setting: TwoModeSetting, method: str, lr: float, seed: int = 0) -> 
         if method == "sft":
             x = rng.normal(setting.new_mu, setting.new_sigma, setting.n_samples)
             g = sft_gradient(x, theta, setting)
-        else:
+        elif method == "rl":
             mu2, s2 = new_component(theta, setting)
             x = rng.normal(mu2, s2, setting.n_samples)
             g = rl_gradient(x, theta, setting)
+        else:
+            x = sample_policy(theta, setting, setting.n_samples, rng)
+            g = rl_gradient(x, theta, setting, from_policy=True)
         theta = project(theta + lr * setting.speed * g, setting)
         thetas.append(theta)
         overlaps.append(mode_overlap(theta, setting))
@@ -240,28 +256,8 @@ def toy_experiment(seeds: int, setting: TwoModeSetting = TwoModeSetting(), arms:
     return {"runs": runs, "drop": drop, "reached": reached, "gain": gain, "setting": setting}
 
 
-def kl_tilted(pi0: np.ndarray, r: np.ndarray, beta: float) -> np.ndarray:
-    """The maximiser of ``E_pi[r] - beta KL(pi || pi0)`` over distributions on ``N`` answers:
-    ``pi0 exp(r / beta) / Z``, computed in log space.
-
-    ======= ======== ==================================
-    pi0     ``(N,)`` the base policy (non-negative, sums to 1)
-    r       ``(N,)`` reward of each answer
-    beta    float    KL coefficient, > 0
-    returns ``(N,)`` the tilted policy
-    ======= ======== ==================================
-    """
-    pi0, r = np.asarray(pi0, dtype=float), np.asarray(r, dtype=float)
-    if pi0.ndim != 1 or r.shape != pi0.shape:
-        raise ValueError(f"pi0 must be (N,) and r the same shape, got {pi0.shape} and {r.shape}")
-    if (pi0 < 0).any() or abs(pi0.sum() - 1) > 1e-9:
-        raise ValueError("pi0 must be non-negative and sum to 1")
-    if not beta > 0:
-        raise ValueError(f"beta must be > 0, got {beta}")
-    with np.errstate(divide="ignore"):
-        logits = np.log(pi0) + r / beta
-    e = np.exp(logits - logits.max())
-    return e / e.sum()
+# the KL-tilted optimum ``pi0 exp(r / beta) / Z`` is the sharpening chapter's Gibbs optimum
+from .sharpening import kl_regularized_optimum as kl_tilted  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------------- the LM tier
@@ -346,23 +342,21 @@ def sequence_kl(model, ref_model, tokenizer, prompts: list[str], max_new_tokens:
 
 def sft_run(model, tokenizer, examples: list[Example], steps: int, batch_size: int, lr: float, seed: int,
             eval_at: list[int], evaluate) -> list[dict]:
-    """Supervised fine-tuning with one AdamW for the whole run (as :func:`rlcourse.train.sft`), calling
-    ``evaluate(model)`` after each step in ``eval_at`` (0 = before training). Returns those results."""
-    from ..lm.zoo import sft_loss
+    """:func:`rlcourse.train.sft` for ``steps`` steps, split at ``eval_at`` with one AdamW carried
+    through (so the pieces are one run), calling ``evaluate(model)`` at each step in ``eval_at``
+    (0 = before training). Each piece draws its batches with seed ``1000 * seed + k`` (k = the piece).
+    Returns those results."""
+    from ..train import sft
 
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     out = [evaluate(model)] if 0 in eval_at else []
-    for step in range(1, steps + 1):
-        model.train()
-        rows = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
-        loss = sft_loss(model, tokenizer, [examples[i] for i in rows])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        model.eval()
-        if step in eval_at:
+    if steps <= 0 or not examples:
+        return out
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    done = 0
+    for k, stop in enumerate(sorted({t for t in eval_at if 0 < t <= steps} | {steps})):
+        sft(model, tokenizer, examples, stop - done, batch_size, seed=1000 * seed + k, optimizer=opt)
+        done = stop
+        if stop in eval_at:
             out.append(evaluate(model))
     return out
 

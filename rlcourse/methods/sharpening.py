@@ -36,9 +36,8 @@ import time
 import numpy as np
 import torch
 
-from ..claims import Claim, evaluate
 from ..lm.model import response_logprobs
-from ..profiles import Profile, cache_dir, one_torch_thread, profile as current_profile
+from ..profiles import Profile, cache_dir, profile as current_profile
 from ..rewards import register_reward
 from ..tasks import Addition, Example, register_task
 
@@ -241,9 +240,11 @@ def toy_train(toy: dict, reward: str, seed: int, steps: int = 300, group: int = 
               beta: float = 0.1, init_noise: float = 0.0) -> dict:
     """Sampled policy-gradient training of per-prompt softmax policies ``pi = softmax(z)`` (one logit
     per candidate), started at the base, with ``group`` samples a prompt and step, advantages
-    ``r - mean(r)`` per group, and the exact gradient of ``-beta KL(pi || pi_base)`` added. The
-    stationary point is the Gibbs optimum of the reward (:func:`kl_regularized_optimum`) for the
-    frozen rewards; ``self_loglik`` scores with the current ``log pi``. ``init_noise`` perturbs the
+    ``r - mean(r)`` per group, and the exact gradient of ``-beta KL(pi || pi_base)`` added. The group
+    mean includes the sample itself, which scales the reward's expected gradient by ``(G - 1) / G``, so
+    for the frozen rewards the stationary point is the Gibbs optimum (:func:`kl_regularized_optimum`)
+    at the effective ``beta G / (G - 1)``: for ``base_loglik`` with ``beta = 0.1`` and ``G = 8`` that is
+    ``pi_base ** 9.75``, not ``** 11``; ``self_loglik`` scores with the current ``log pi``. ``init_noise`` perturbs the
     starting logits (Gaussian, per candidate).
 
     Returns per-step curves ``accuracy``, ``length``, ``entropy`` (means over prompts, ``(steps+1,)``),
@@ -473,140 +474,17 @@ def entropy_ascent(z0: np.ndarray, lr: float = 1.0, steps: int = 2000) -> np.nda
     return softmax(z)
 
 
-# ---------------------------------------------------------------------- the language-model experiment
-LM_ARMS = ("task", "base_loglik", "self_loglik")
+# ---------------------------------------------------------------------- the experiment, in rlcourse.studies.sharpening
+_STUDY_NAMES = frozenset((
+    'LM_ARMS', 'LM_SETTING', 'lm_claims', 'lm_experiment', 'lm_measure', 'lm_sizes', 'lm_verdicts',
+    'toy_claims', 'toy_verdicts',
+))
 
 
-def lm_sizes(P: Profile) -> dict:
-    return dict(steps=P.pick(smoke=2, book=20), prompts=P.pick(smoke=4, book=16), G=P.pick(smoke=4, book=8),
-                lr=3e-4, beta=0.04, eval_prompts=P.pick(smoke=16, book=128), eval_samples=P.pick(smoke=4, book=8),
-                eval_every=P.pick(smoke=1, book=5), seeds=P.seeds)
+def __getattr__(name):
+    """The chapter's experiment lives in :mod:`rlcourse.studies.sharpening`; its names stay importable here."""
+    if name in _STUDY_NAMES:
+        from ..studies import sharpening as study
 
-
-def lm_measure(model, tok, task, examples, n: int, seed: int, max_new_tokens: int = 8) -> dict:
-    """Sampled (temperature 1, ``n`` per prompt) and greedy behaviour of ``model`` on ``examples``:
-    accuracy, share of dropped-carry answers on carry prompts, malformed share, mean length (tokens,
-    EOS included), mean per-token entropy of the sampled responses, and the greedy answers."""
-    from ..lm.sampling import sample
-    b = sample(model, tok, [e.prompt for e in examples], num_generations=n, max_new_tokens=max_new_tokens,
-               generator=torch.Generator().manual_seed(seed))
-    rows = [e for e in examples for _ in range(n)]
-    answers = [answer_of(t) for t in b.texts]
-    carry = [i for i, e in enumerate(rows) if e.meta["carry"]]
-    g = sample(model, tok, [e.prompt for e in examples], temperature=0.0, max_new_tokens=max_new_tokens)
-    greedy = [answer_of(t) for t in g.texts]
-    mask = b.response_mask
-    return {"accuracy": float(task.rewards(b.texts, rows).mean()),
-            "greedy_accuracy": float(task.rewards(g.texts, examples).mean()),
-            "dropped": float(np.mean([answers[i] == rows[i].meta["dropped"] for i in carry])) if carry else 0.0,
-            "malformed": float(np.mean([a is None for a in answers])),
-            "length": float(b.lengths.float().mean()),
-            "entropy": float((b.entropy * mask).sum() / mask.sum()),
-            "greedy_answers": [a if a is not None else "" for a in greedy]}
-
-
-def lm_experiment(P: Profile | None = None, seeds: int | None = None, arms=LM_ARMS, **overrides) -> dict:
-    """The three regimes on the tiny addition model with a dropped-carry error mode (:func:`base_model`):
-    the same GRPO loop (``RLConfig``: ``beta`` KL to the base, ``k3+``), the same prompts and the same
-    decoding; only ``RLConfig.reward`` changes. Every ``eval_every`` steps the policy is measured on
-    held-out prompts (:func:`lm_measure`). Returns ``base`` (the base's measures), ``curves[arm]`` (per
-    seed, a list of ``(step, measures)``), ``final[arm]`` (per seed, the last measures), ``sizes``,
-    ``seconds``."""
-    from ..train import RLConfig, Trainer
-    P = P or current_profile()
-    sz = {**lm_sizes(P), **overrides}
-    n = seeds or sz["seeds"]
-    task = DropCarryAddition()
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        model, tok = base_model(P)
-        held = task.examples(sz["eval_prompts"], seed=0, split="test")
-        base = lm_measure(model, tok, task, held, sz["eval_samples"], seed=10_000)
-        curves, final = {}, {}
-        for arm in arms:
-            curves[arm], final[arm] = [], []
-            for seed in range(n):
-                cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], steps=sz["steps"],
-                               learning_rate=sz["lr"], beta=sz["beta"], max_completion_length=8, reward=arm,
-                               seed=seed, progress=False)
-                tr = Trainer(copy.deepcopy(model), tok, task, cfg, eval_examples=held[:1])
-                curve = [(0, base)]
-                for k in range(1, sz["steps"] + 1):
-                    tr.step()
-                    if k % sz["eval_every"] == 0 or k == sz["steps"]:
-                        curve.append((k, lm_measure(tr.model, tok, task, held, sz["eval_samples"], seed=10_000 + k)))
-                curves[arm].append(curve)
-                final[arm].append(curve[-1][1])
-    return {"base": base, "curves": curves, "final": final, "sizes": sz, "seeds": n,
-            "seconds": time.perf_counter() - t0}
-
-
-# ---------------------------------------------------------------------- claims
-def toy_claims() -> dict[str, Claim]:
-    common = dict(paper=PAPER, source="abstract; the softmax toy and the metric are ours",
-                  setting="exact per-prompt softmax over 20 candidate answers, 64 carry prompts, base about 41% "
-                          "correct (the dropped-carry answer modal on most prompts), 8 samples a prompt and step, "
-                          "advantage r - mean(r), beta 0.1, lr 0.5, 400 steps")
-    return {
-        "task_vs_sharpening": Claim(key="sharpening/toy-task-beats-sharpening", statement=ABSTRACT_CLAIM,
-                                    metric="final expected accuracy (mean over prompts)", method="task reward",
-                                    baseline="base log-likelihood (sharpening)", kind="greater", margin=0.0,
-                                    **common),
-        "self_unstable": Claim(key="sharpening/toy-self-reward-seed-dependent",
-                               statement="the approach [is] fundamentally unstable", source="abstract (about "
-                               "sharpening); the self-referential variant and the metric are ours",
-                               paper=PAPER, setting=common["setting"],
-                               metric="share of prompts whose final mode differs from the majority of the seeds",
-                               method="self log-likelihood", baseline="task reward", kind="greater", margin=0.0),
-    }
-
-
-def toy_verdicts(out: dict) -> dict:
-    c, runs = toy_claims(), out["runs"]
-    acc = {rw: [r["accuracy"][-1] for r in rs] for rw, rs in runs.items()}
-    dis = {rw: seed_disagreement(np.array([r["pi"].argmax(1) for r in rs])) for rw, rs in runs.items()}
-    return {"task_vs_sharpening": evaluate(c["task_vs_sharpening"], acc["task"], acc["base_loglik"],
-                                           seconds=out["seconds"]),
-            "self_unstable": evaluate(c["self_unstable"], dis["self_loglik"], dis["task"], seconds=out["seconds"])}
-
-
-LM_SETTING = ("tiny Llama (book profile: 3 layers, hidden 128) pre-trained 800 SFT steps on two-digit addition "
-              "whose demonstrations drop every carry on half of the carry prompts; GRPO, 16 prompts x 8 samples, "
-              "lr 3e-4, beta 0.04 (k3+), 20 steps; 128 held-out prompts x 8 samples at temperature 1")
-
-
-def lm_claims() -> dict[str, Claim]:
-    common = dict(paper=PAPER, source="abstract", setting=LM_SETTING,
-                  paper_number="Llama-3.2-3B, Qwen2.5-3B, Qwen3-4B on math data (no number in the abstract)")
-    return {
-        "control": Claim(key="sharpening/lm-task-reward-improves", statement="incorporating task-based reward "
-                         "signal can greatly help achieve robust performance improvements",
-                         metric="sampled accuracy (temperature 1) on held-out prompts after training",
-                         method="task reward", baseline="base model", kind="greater", margin=0.05, **common),
-        "task_vs_sharpening": Claim(key="sharpening/lm-task-beats-sharpening", statement=ABSTRACT_CLAIM,
-                                    metric="sampled accuracy (temperature 1) on held-out prompts after training",
-                                    method="task reward", baseline="base log-likelihood (sharpening)",
-                                    kind="greater", margin=0.0, **common),
-        "self_unstable": Claim(key="sharpening/lm-self-reward-seed-dependent",
-                               statement="the approach [is] fundamentally unstable",
-                               source="abstract (about sharpening); the self-referential variant and the metric "
-                                      "are ours", paper=PAPER, setting=LM_SETTING,
-                               metric="share of held-out prompts whose greedy answer differs from the majority "
-                                      "answer of the arm's seeds",
-                               method="self log-likelihood", baseline="task reward", kind="greater", margin=0.0),
-    }
-
-
-def lm_verdicts(out: dict) -> dict:
-    c, f, n, sec = lm_claims(), out["final"], out["seeds"], out["seconds"]
-    acc = {arm: [m["accuracy"] for m in ms] for arm, ms in f.items()}
-    ids = {}
-
-    def modes(arm):
-        return np.array([[ids.setdefault(a, len(ids)) for a in m["greedy_answers"]] for m in f[arm]])
-
-    dis = {arm: seed_disagreement(modes(arm)) for arm in f}
-    return {"control": evaluate(c["control"], acc["task"], [out["base"]["accuracy"]] * n, seconds=sec),
-            "task_vs_sharpening": evaluate(c["task_vs_sharpening"], acc["task"], acc["base_loglik"], seconds=sec),
-            "self_unstable": evaluate(c["self_unstable"], dis["self_loglik"], dis["task"], seconds=sec),
-            "disagreement": {arm: d.tolist() for arm, d in dis.items()}}
+        return getattr(study, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
