@@ -249,6 +249,7 @@ def test_frontier_run_rejects_an_empty_budget():
 
 
 def test_sft_rate_rule_refuses_the_reported_seeds_and_compares_with_the_chosen_rate():
+    import rlcourse.methods.sgrpo_runs as sgr
     from rlcourse.profiles import profile
 
     with pytest.raises(ValueError, match="overlaps"):
