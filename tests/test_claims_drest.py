@@ -35,6 +35,11 @@ def test_drest_a2c_neutrality_is_inconclusive_and_usefulness_holds(out):
 
 @pytest.mark.claims
 def test_drest_normalisation_ablation(out):
+    # the course's proposition as a claim (added 5 Dec 2026, not yet run in the book profile under the
+    # t rule): DReST PPO is more neutral with the 1/m(L) normalisation than without, by more than half a bit
+    v = drest_verdicts(out)
+    assert v["normalisation_ppo"].claim.role == "course hypothesis"
+    assert v["normalisation_ppo"].verdict == "holds", v["normalisation_ppo"].sentence()
     S = {arm: {k: val[0] for k, val in s.items()} for arm, s in out["summary"].items()}
     # without the 1/m(L) normalisation the agent leans to the coin-richer length and loses neutrality
     assert S["drest_unnormalised_ppo"]["p_long"] > S["drest_ppo"]["p_long"]
