@@ -288,7 +288,9 @@ def run_longwrong_experiment(prof: Profile, sgd_lr: float = 3.0) -> dict:
        steps (about the same tokens as N = 32). Per arm ``(seeds, ...)`` arrays of
        :func:`run_longwrong`'s keys.
     4. ``sgd``: the earlier protocol, plain SGD at ``sgd_lr`` for ``steps`` steps (mean-32, mean-4,
-       OTB-4, oracle-4), kept to show what a fixed SGD step does to the comparison.
+       OTB-4, oracle-4), kept to show what a fixed SGD step does to the comparison, and
+       ``"mean-4 rescaled"``: the group mean at N = 4 with the rate multiplied by (31/32) / (3/4), which
+       equalises its expected step with N = 32's.
     5. ``per_seed``: the claims' metrics (see :func:`otb_verdicts`).
     """
     import time
@@ -309,6 +311,8 @@ def run_longwrong_experiment(prof: Profile, sgd_lr: float = 3.0) -> dict:
         runs[name] = {k: np.stack([lg[k] for lg in logs]) for k in logs[0]}
         sgd[name] = np.array([run_longwrong(task, b, N, steps, sgd_lr, seed, optimizer="sgd")["reward"][steps]
                               for seed in range(seeds)])
+    sgd["mean-4 rescaled"] = np.array([run_longwrong(task, "mean", 4, steps, sgd_lr * (31 / 32) / (3 / 4), seed,
+                                                     optimizer="sgd")["reward"][steps] for seed in range(seeds)])
     per_seed = {"at_steps": {n: runs[n]["reward"][:, steps] for n in arms}, "auc": {}}
     budget = np.minimum(runs["mean-4"]["tokens"][:, -1], runs["otb-4"]["tokens"][:, -1])
     grid = np.linspace(0, 1, 201)
