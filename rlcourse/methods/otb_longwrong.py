@@ -337,24 +337,22 @@ _AT_STEPS = "exact expected reward after the same number of steps (8 prompts per
 _AUC = "expected reward averaged over a common token budget (area under reward vs tokens / budget)"
 
 
-def _vs_n32(key: str, role: str, method: str, statement: str) -> Claim:
-    """A control of the headline: ``method`` with N = 4 within 0.02 of the group mean with N = 32."""
-    return Claim(key=key, role=role, paper=PAPER, source=f"{role} for the abstract's claim (not a claim of the paper)",
-                 statement=statement, setting=_SETTING, metric=_AT_STEPS, method=method, baseline="group mean, N=32",
-                 kind="equivalent", margin=0.02, paper_number="-")
-
-
+# what the two controls of the headline share: a baseline with N = 4 within 0.02 of the group mean with N = 32
+_VS_N32 = dict(paper=PAPER, setting=_SETTING, metric=_AT_STEPS, baseline="group mean, N=32", kind="equivalent",
+               margin=0.02, paper_number="-")
 CLAIMS = {
     "match": Claim(key="otb/n4-matches-n32", paper=PAPER, source="abstract (arXiv v1)", statement=_MATCH,
                    setting=_SETTING, metric=_AT_STEPS, method="OTB, N=4", baseline="group mean, N=32",
                    kind="equivalent", margin=0.02, control="otb/control-oracle-n4-matches-n32",
                    paper_number="matches N=32 (single-turn and tool-integrated reasoning)"),
-    "control": _vs_n32("otb/control-oracle-n4-matches-n32", "positive control", "oracle baseline, N=4",
-                       "an unbiased baseline with N=4 can match N=32 on this testbed (the exact variance-optimal "
-                       "per-context baseline, an oracle)"),
-    "negative": _vs_n32("otb/negative-control-mean-n4-matches-n32", "negative control", "group mean, N=4",
-                        "the plain group mean with N=4 matches N=32 (it must not: otherwise any N=4 baseline matches "
-                        "and a 'matches' says nothing about OTB)"),
+    "control": Claim(key="otb/control-oracle-n4-matches-n32", role="positive control", method="oracle baseline, N=4",
+                     source="positive control for the abstract's claim (not a claim of the paper)",
+                     statement="an unbiased baseline with N=4 can match N=32 on this testbed (the exact "
+                               "variance-optimal per-context baseline, an oracle)", **_VS_N32),
+    "negative": Claim(key="otb/negative-control-mean-n4-matches-n32", role="negative control", method="group mean, N=4",
+                      source="negative control for the abstract's claim (not a claim of the paper)",
+                      statement="the plain group mean with N=4 matches N=32 (it must not: otherwise any N=4 baseline "
+                                "matches and a 'matches' says nothing about OTB)", **_VS_N32),
     "tokens-control": Claim(key="otb/control-oracle-beats-mean-equal-tokens", role="positive control", paper=PAPER,
                             source="positive control for the token claim (not a claim of the paper)",
                             statement="a better baseline learns faster than the group mean at equal N and equal tokens "
@@ -365,7 +363,8 @@ CLAIMS = {
                     statement="reducing token consumption by over 65% (at equal tokens, OTB should learn faster "
                               "than the group mean with the same N)",
                     setting=_SETTING, metric=_AUC, method="OTB, N=4", baseline="group mean, N=4", kind="greater",
-                    margin=0.0, control="otb/control-oracle-beats-mean-equal-tokens", paper_number="> 65% fewer tokens"),
+                    margin=0.0, control="otb/control-oracle-beats-mean-equal-tokens",
+                    paper_number="> 65% fewer tokens"),
 }
 
 
@@ -386,6 +385,7 @@ def otb_verdicts(out: dict) -> dict:
     if v["match"].verdict != "uninformative" and v["negative"].verdict != "does not hold":
         v["match"] = replace(v["match"], verdict="uninformative", reason=(
             f"its negative control {CLAIMS['negative'].key} came out {v['negative'].verdict!r}, not 'does not hold', "
-            f"so a plain N=4 baseline was not shown to fall short; the interval alone would say {v['match'].verdict!r}"))
+            f"so a plain N=4 baseline was not shown to fall short; the interval alone would say "
+            f"{v['match'].verdict!r}"))
     v["tokens"] = evaluate(CLAIMS["tokens"], auc["otb-4"], auc["mean-4"], seconds=s, control=v["tokens-control"])
     return v

@@ -353,7 +353,7 @@ def ppo_claims() -> dict:
                    "passes (ppo_kl)", method="clip 0.2, 4 passes", baseline="no clip, 4 passes",
             kind="less", margin=0.0, unit="{:.4f}"),
         "control": Claim(
-            key=_CONTROL, paper=_PPO, role="positive control",
+            key="ppo/control-one-pass-learns", paper=_PPO, role="positive control",
             statement="(not a claim of the paper) at this budget, one ordinary policy-gradient pass per batch lifts "
                       "the model above its base accuracy, so the budget can show an improvement at all",
             source="positive control of the experiment", setting=_SETTING + "; 1 pass per batch",
