@@ -69,7 +69,7 @@ def test_otb_lowers_the_noise_where_loud_answers_are_wrong():
 def test_runs_are_deterministic_and_the_experiment_yields_verdicts():
     task = LongWrongTask()
     for opt, lr in (("sgd", 3.0), ("adam", 0.1)):
-        a, b = run_longwrong(task, "otb", 4, 5, lr, 7, optimizer=opt), run_longwrong(task, "otb", 4, 5, lr, 7, optimizer=opt)
+        a, b = (run_longwrong(task, "otb", 4, 5, lr, 7, optimizer=opt) for _ in range(2))
         for k in a:
             assert np.array_equal(a[k], b[k])
         assert a["reward"].shape == (6,) and a["grad_norm"].shape == (5,) and a["tokens"][0] == 0

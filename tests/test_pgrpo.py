@@ -244,8 +244,8 @@ def test_advantages_are_invariant_to_the_reward_scale_at_the_floor_too():
             scaled_hist = {g: {k: (v * 10 if k in ("mean",) else v * 100 if k == "m2" else v) for k, v in st.items()}
                            for g, st in hist.items()}
             scaled, _ = pg.p_grpo_advantages(10 * r, labels, scaled_hist, include_batch=include_batch, decay=decay)
-            shifted, _ = pg.p_grpo_advantages(r + 3, labels, {g: {**st, "mean": st["mean"] + 3} for g, st in hist.items()},
-                                              include_batch=include_batch, decay=decay)
+            shifted_hist = {g: {**st, "mean": st["mean"] + 3} for g, st in hist.items()}
+            shifted, _ = pg.p_grpo_advantages(r + 3, labels, shifted_hist, include_batch=include_batch, decay=decay)
             assert torch.allclose(scaled, base, rtol=1e-5, atol=1e-5), (include_batch, decay, base, scaled)
             assert torch.allclose(shifted, base, rtol=1e-5, atol=1e-5)
             if not include_batch:  # the flat group is at the floor: |A| = 1 / min_std, at both scales

@@ -344,7 +344,8 @@ CLAIMS = {
     "lm-group-20": Claim(
         key="noisy_verifiers/lm-group-20", paper=PAPER, statement=_STATED_20, source=V2, paper_number="within 1 point",
         setting=_LM + "; group-rollout noise 20%", metric="late-window held-out greedy accuracy",
-        method="group noise 20%", baseline="clean", kind="equivalent", margin=0.01, control="noisy_verifiers/lm-control"),
+        method="group noise 20%", baseline="clean", kind="equivalent", margin=0.01,
+        control="noisy_verifiers/lm-control"),
     "lm-group-30": Claim(
         key="noisy_verifiers/lm-group-30", paper=PAPER, statement=_STATED_30, source=V2,
         paper_number="within about 2 points", setting=_LM + "; group-rollout noise 30%",
@@ -378,10 +379,12 @@ def bandit_verdicts(b: dict) -> dict[str, Verdict]:
     drop = {o: L[(o, "sample", 0.0)] - L[(o, "sample", 0.4)] for o in ("adam", "sgd")}
     ctl = evaluate(CLAIMS["bandit-control"], clean, L[("adam", "sample", 0.4)], seconds=s)
     return {
-        "bandit-group-20": evaluate(CLAIMS["bandit-group-20"], L[("adam", "group", 0.2)], clean, seconds=s, control=ctl),
+        "bandit-group-20": evaluate(CLAIMS["bandit-group-20"], L[("adam", "group", 0.2)], clean, seconds=s,
+                                    control=ctl),
         "bandit-sample-20": evaluate(CLAIMS["bandit-sample-20"], L[("adam", "sample", 0.2)], clean, seconds=s,
                                      control=ctl),
-        "bandit-group-30": evaluate(CLAIMS["bandit-group-30"], L[("adam", "group", 0.3)], clean, seconds=s, control=ctl),
+        "bandit-group-30": evaluate(CLAIMS["bandit-group-30"], L[("adam", "group", 0.3)], clean, seconds=s,
+                                    control=ctl),
         "bandit-sample-30": evaluate(CLAIMS["bandit-sample-30"], L[("adam", "sample", 0.3)], clean, seconds=s,
                                      control=ctl),
         "bandit-control": ctl,

@@ -83,7 +83,8 @@ def mdp_quantities(P: np.ndarray, r: np.ndarray, pi: np.ndarray, gamma: float, r
 
 
 def surrogate_objective(P, r, pi_old, pi_new, gamma, rho0) -> float:
-    """The surrogate :math:`L_{old}(\\pi') = J(\\pi_{old}) + \\frac{1}{1-\\gamma}\\sum_s d_{old}(s)\\sum_a \\pi'(a|s) A_{old}(s,a)`:
+    """The surrogate
+    :math:`L_{old}(\\pi') = J(\\pi_{old}) + \\frac{1}{1-\\gamma}\\sum_s d_{old}(s)\\sum_a \\pi'(a|s) A_{old}(s,a)`:
     the performance-difference identity with the new policy's state distribution replaced by the old one's
     (shapes as in :func:`mdp_quantities`)."""
     _check_mdp(P, r, gamma, rho0, pi_new)
