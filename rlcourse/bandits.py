@@ -616,7 +616,8 @@ PG_CLAIMS = {
         source="Greensmith et al. (2004), the optimal constant baseline",
         setting=_PG_SETTING + "; step size 4",
         metric="exact one-sample total variance at the policies along the runs, mean over steps and runs",
-        method="oracle b*", baseline="no baseline", kind="less", margin=0.0, unit="{:.4f}"),
+        method="oracle b*", baseline="no baseline", kind="less", margin=0.0, unit="{:.4f}",
+        role="course hypothesis"),  # holds by construction (b* is the minimiser): a check, not evidence
     "best_step": Claim(
         key="policy_gradients/baseline-allows-larger-steps",
         paper="Williams, Simple Statistical Gradient-Following Algorithms, 1992",
@@ -625,7 +626,8 @@ PG_CLAIMS = {
         source="Williams (1992), section 4; this chapter's step-size sweep",
         setting=_PG_SETTING + "; step sizes 0.5 to 16, the best one per seed and arm",
         metric="expected reward J after 200 steps at the best step size of the sweep",
-        method="leave-one-out baseline", baseline="no baseline", kind="greater", margin=0.0),
+        method="leave-one-out baseline", baseline="no baseline", kind="greater", margin=0.0,
+        role="course hypothesis"),
 }
 
 

@@ -8,6 +8,9 @@ import rlcourse
 
 @pytest.mark.claims
 def test_evpo_verdicts():
+    """The book run of 5 Dec 2026 under the t-interval rule (8 seeds, 40 s): informative +0.0025 [0.0016,
+    0.0034] holds; noise +0.0001 [-0.0003, 0.0005] inconclusive; gate +0.93 [0.91, 0.96] holds (the same
+    verdicts as under the earlier rule). The 2% slack on the variance below is an allowance, not derived."""
     from rlcourse.methods.evpo import evpo_verdicts, run_evpo_experiment
     out = run_evpo_experiment(rlcourse.profile("book"))
     v = evpo_verdicts(out)
@@ -41,47 +44,28 @@ def test_evpo_gate_decision_generalises_away_from_the_boundary():
 
 @pytest.mark.claims
 def test_otb_longwrong_verdicts():
+    """The book run of 5 Dec 2026 (5 seeds, Adam at the rate the rule chose on seeds 100-104, 0.1):
+    oracle control holds (-0.011, 90% t-interval [-0.013, -0.010]); the plain mean at N=4 is neither
+    shown to match nor to miss N=32 (-0.021 [-0.026, -0.017]: inconclusive), so the headline is
+    uninformative (OTB -0.028 [-0.031, -0.025]); at equal N and tokens the oracle beats the mean (holds)
+    and OTB does not (-0.004 [-0.005, -0.003]). The earlier protocol (plain SGD at lr 3) is kept in
+    out["sgd"]."""
     from rlcourse.methods.otb_longwrong import otb_verdicts, run_longwrong_experiment
     out = run_longwrong_experiment(rlcourse.profile("book"))
     v = otb_verdicts(out)
+    # the rule chose its rate on seeds disjoint from the reported ones
+    assert out["choice"]["seeds"] == list(range(100, 105)) and out["config"]["seeds"] == 5
     # positive control: an unbiased oracle baseline with N=4 matches N=32 within 0.02 on this testbed
     assert v["control"].verdict == "holds"
-    # the abstract's headline, N=4 with OTB matching N=32: the book run computed "does not hold"
-    assert v["match"].verdict == "does not hold"
-    # at equal tokens and equal N=4, OTB learns faster than the group mean: the book run computed "does not hold"
+    # negative control: the plain group mean at N=4 must be shown NOT to match; the book run could not show it
+    assert v["negative"].verdict == "inconclusive"
+    # so the abstract's headline, N=4 with OTB matching N=32, is uninformative by computation
+    assert v["match"].verdict == "uninformative" and v["match"].effect < -0.02
+    # positive control at equal tokens: the oracle learns faster than the group mean at N=4
+    assert v["tokens-control"].verdict == "holds"
+    # at equal tokens and equal N=4, OTB learns faster than the group mean: does not hold (it is slower)
     assert v["tokens"].verdict == "does not hold"
-    # a smaller largest gradient norm with clipping off: holds in the book run
-    assert v["spikes"].verdict == "holds"
     # the testbed is one where OTB lowers the noise: its noise-to-signal ratio is below the mean's at N=4
     assert out["nsr"]["otb-4"]["nsr"] < 0.7 * out["nsr"]["mean-4"]["nsr"]
     # ...and pays for it with a lower cosine to the exact gradient (its self-including weighted mean is biased)
     assert out["nsr"]["otb-4"]["cos"] < out["nsr"]["mean-4"]["cos"]
-
-
-@pytest.mark.claims
-def test_otb_tabular_oracle_bound_and_curves():
-    from rlcourse.methods.otb import run_otb_experiment
-    out = run_otb_experiment(rlcourse.profile("book"))
-    v = out["variance"]
-    # more samples: less noise, roughly like 1/N
-    assert v["mean-32"]["nsr"] < v["mean-16"]["nsr"] < v["mean-4"]["nsr"]
-    # with a large group the energy weighting lowers the gradient variance
-    assert v["otb-16"]["total_var"] < 0.95 * v["mean-16"]["total_var"]
-    # the oracle bound: even the exact optimal prefix baseline at N=4 is noisier than the mean at N=32,
-    # so this testbed cannot show "N=4 matches N=32" for any baseline
-    assert out["oracle"][4]["optimal"] > v["mean-32"]["nsr"]
-    assert out["oracle"][4]["optimal"] <= out["oracle"][4]["value"]
-    # the chapter's reading of the N=4 row: OTB-4 (zero-tail rule) is far from the mean at 16 and noisier than the
-    # mean at 4
-    assert v["otb-4"]["nsr"] > 2 * v["mean-16"]["nsr"]
-    assert v["otb-4"]["nsr"] > v["mean-4"]["nsr"]
-    # without the zero-tail rule OTB-4 has less variance than the mean but a biased direction
-    assert v["otb-4 (no tail rule)"]["total_var"] < v["mean-4"]["total_var"]
-    assert v["otb-4 (no tail rule)"]["cos"] < v["mean-4"]["cos"]
-    # the proxy ranks tokens like the true per-token gradient norms
-    assert out["proxy"]["spearman"] > 0.5 and out["proxy"]["pearson"] > 0
-    # the cost side: a group of 16 generates about four times the tokens of a group of 4
-    c = out["curves"]
-    assert c["grpo-16"]["tokens"][-1] > 3 * c["grpo-4"]["tokens"][-1]
-    for run in c.values():
-        assert np.isfinite(run["reward"]).all() and 0.0 <= run["eval"] <= 1.0

@@ -1,7 +1,11 @@
 """The claims of the P-GRPO and S-GRPO chapters, run in the book profile (slow: `-m claims`).
 
-Each test runs the chapter's experiment and its verdict function; each assert is the verdict the
-book run computed (over 3 paired seeds), and says so in its comment.
+Each test runs the chapter's experiment and its verdict function. The asserted verdicts were computed by
+an earlier version of the experiments (3 paired seeds, 4 Dec 2026) under the earlier percentile
+bootstrap, which at 3 seeds called "holds" whenever every seed cleared the margin. Under the t-interval
+rule they need a book-profile re-run: where it computes otherwise, pin the new verdict here with its
+date and numbers. The S-GRPO adaptation claim now compares with SFT at the rate choose_sft_lr picks on
+seeds 10-12, which the earlier run did not.
 """
 import numpy as np
 import pytest
@@ -33,8 +37,13 @@ def test_sgrpo_claims_book_profile():
     from rlcourse.methods.sgrpo_runs import (gains_and_forgetting, learning_summary, run_sgrpo_frontier,
                                              sgrpo_verdicts)
 
-    res = run_sgrpo_frontier(rlcourse.profile("book"))
-    v = sgrpo_verdicts(res)
+    from rlcourse.methods.sgrpo_runs import choose_sft_lr
+
+    prof = rlcourse.profile("book")
+    choice = choose_sft_lr(prof)
+    assert choice["seeds"] == [10, 11, 12]  # disjoint from the reported seeds 0-2
+    res = run_sgrpo_frontier(prof)
+    v = sgrpo_verdicts(res, sft_lr=choice["lr"])
     for name, verdict in v.items():
         print(name, verdict.sentence())
     print(gains_and_forgetting(res))
@@ -42,12 +51,13 @@ def test_sgrpo_claims_book_profile():
     assert set(v) == {"vs-grpo", "vs-sft-gain", "forgetting"} and all(x.seeds == 3 for x in v.values())
     # The budget (200 steps, RL lr 3e-4) was chosen on seeds 10-12 so that S-GRPO learns addition; on the
     # chapter's seeds it gained at least the threshold fixed before the run, so every verdict is backed
-    learned = learning_summary(res)
+    learned = learning_summary(res, sft_lr=choice["lr"])
     assert learned["learned"]["S-GRPO"] and learned["weak"] == []
     # The verdicts of the book run (3 seeds, 4 Dec 2026, S-GRPO +0.10 on addition, GRPO -0.01):
     # S-GRPO's area under the addition curve lies above GRPO's: holds
     assert v["vs-grpo"].verdict == "holds"
-    # S-GRPO's final addition above SFT's at the same lr and steps: SFT gained more, does not hold
+    # S-GRPO's final addition above SFT's at SFT's best rate: the earlier run (SFT at the RL rate, which
+    # gained more than S-GRPO) computed "does not hold"; at the chosen rate this needs the book re-run
     assert v["vs-sft-gain"].verdict == "does not hold"
     # at S-GRPO's gain, read off the SFT frontier, SFT forgets more sort than S-GRPO: holds
     assert v["forgetting"].verdict == "holds"

@@ -1,30 +1,35 @@
 """The PPO chapter's claims and its sweep's predictions, in the book profile (slow: `make claims`).
 
-The book-profile run made while writing the chapter (3 seeds, 545 s on a loaded 2-core machine) computed:
-- the clip keeps ppo_kl below the unclipped arm's with four passes (0.036 vs 0.077): "holds";
-- with four passes the clipped arm ends more accurate than the unclipped one (0.315 vs 0.036): "holds";
-- four passes at the one-pass learning rate beat one pass: "does not hold" (0.315 vs 0.534);
-- PPO + GAE lifts accuracy above the base model in 40 steps: "inconclusive" (0.540 vs 0.538; the
-  one-pass GRPO arm did not rise above the base in that budget either).
-This test asserts those verdicts.
+An earlier version of this experiment (3 seeds, AdamW 2e-4 chosen on seeds that overlapped the reported
+ones, a one-pass "PPO + GAE" arm in which no clip could act) computed, under the earlier percentile
+bootstrap: clip keeps ppo_kl lower (0.036 vs 0.077, every seed), clipped 4 passes beat unclipped
+(0.315 vs 0.036, every seed), 4 passes do not beat one (0.315 vs 0.534), GAE inconclusive (0.540 vs
+base 0.538), with the one-pass control flat (0.534 vs 0.538). The experiment now chooses its rate on
+seeds 10-12 (choose_ppo_lr), runs the GAE arm as real PPO (4 passes) and gates the reuse and GAE claims
+on the one-pass control; its book-profile verdicts under the t-interval have not been run yet, so the
+asserts below are those that follow from the claims and the gating, not pinned verdicts.
 """
 import pytest
 
 import rlcourse
-from rlcourse.methods.ppo_lab import ppo_verdicts, run_ppo_experiment
+from rlcourse.methods.ppo_lab import SELECTION_SEEDS, choose_ppo_lr, ppo_verdicts, run_ppo_experiment
 
 
 @pytest.mark.claims
 def test_ppo_claims():
-    v = ppo_verdicts(run_ppo_experiment(rlcourse.profile("book")))
-    # the clip keeps the per-step KL below that of the unclipped arm
+    prof = rlcourse.profile("book")
+    choice = choose_ppo_lr(prof)
+    assert choice["seeds"] == list(SELECTION_SEEDS) and not set(choice["seeds"]) & set(range(prof.seeds))
+    v = ppo_verdicts(run_ppo_experiment(prof, learning_rate=choice["lr"]))
+    for x in v.values():
+        print(x.sentence())
+    # the clip keeps the per-step KL below that of the unclipped arm (the paper's mechanism)
     assert v["kl"].verdict == "holds", v["kl"].sentence()
     # with four passes, the clipped arm ends more accurate than the unclipped arm
     assert v["clip-vs-none"].verdict == "holds", v["clip-vs-none"].sentence()
-    # four passes at the one-pass learning rate do not beat one pass
-    assert v["reuse"].verdict == "does not hold", v["reuse"].sentence()
-    # PPO + GAE vs the base model after 40 steps: inconclusive, as the book run computed
-    assert v["gae"].verdict == "inconclusive", v["gae"].sentence()
+    # the reuse and GAE claims rest on the one-pass control: uninformative unless it holds
+    for key in ("reuse", "gae"):
+        assert (v[key].verdict == "uninformative") == (v["control"].verdict != "holds"), v[key].sentence()
 
 
 @pytest.mark.claims

@@ -293,3 +293,21 @@ def test_noisy_claims_are_well_formed():
     # the paper's tolerances are the margins: 1 point through 20%, about 2 points at 30%
     assert CLAIMS["bandit-group-20"].margin == CLAIMS["lm-group-20"].margin == 0.01
     assert CLAIMS["bandit-group-30"].margin == CLAIMS["lm-group-30"].margin == 0.02
+    assert CLAIMS["bandit-sample-20"].margin == 0.01  # per-sample 20% against the same 1-point tolerance
+    # the paper's claims rest on their positive controls; the course's hypotheses are marked as such
+    for key, c in CLAIMS.items():
+        if c.role == "paper claim":
+            assert c.control == CLAIMS[("lm" if key.startswith("lm") else "bandit") + "-control"].key, key
+    assert CLAIMS["adam"].role == CLAIMS["lm-below-base"].role == "course hypothesis"
+
+
+def test_learning_rate_rule_runs_clean_arms_on_disjoint_seeds():
+    from rlcourse.methods.noisy_runs import choose_bandit_lrs
+    from rlcourse.profiles import profile
+
+    c = choose_bandit_lrs(profile("smoke"), grids={"adam": (0.01, 0.1), "sgd": (10.0,)})
+    assert c["seeds"] == [100]
+    assert c["lrs"]["adam"] == (0.01, 0.1)[int(np.argmax(c["quarter"]["adam"]))] and c["lrs"]["sgd"] == 10.0
+    assert c["quarter"]["adam"][1] > c["quarter"]["adam"][0]  # a tenfold rate learns faster early
+    with pytest.raises(ValueError, match="empty"):
+        choose_bandit_lrs(profile("smoke"), grids={"adam": ()})

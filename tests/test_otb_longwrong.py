@@ -4,9 +4,9 @@ import pytest
 
 import rlcourse
 from rlcourse.methods.otb import TabularAR, tabular_gradient_variance, tabular_oracle_nsr
-from rlcourse.methods.otb_longwrong import (CLAIMS, LongWrongTask, longwrong_advantages, longwrong_gradient,
-                                            longwrong_nsr, longwrong_oracle_baseline, longwrong_sample,
-                                            longwrong_true_gradient, longwrong_value, otb_verdicts,
+from rlcourse.methods.otb_longwrong import (CLAIMS, LongWrongTask, choose_longwrong_lr, longwrong_advantages,
+                                            longwrong_gradient, longwrong_nsr, longwrong_oracle_baseline,
+                                            longwrong_sample, longwrong_true_gradient, longwrong_value, otb_verdicts,
                                             run_longwrong, run_longwrong_experiment)
 
 
@@ -68,10 +68,48 @@ def test_otb_lowers_the_noise_where_loud_answers_are_wrong():
 
 def test_runs_are_deterministic_and_the_experiment_yields_verdicts():
     task = LongWrongTask()
-    a, b = run_longwrong(task, "otb", 4, 5, 3.0, 7), run_longwrong(task, "otb", 4, 5, 3.0, 7)
-    for k in a:
-        assert np.array_equal(a[k], b[k])
-    assert a["reward"].shape == (6,) and a["grad_norm"].shape == (5,) and a["tokens"][0] == 0
+    for opt, lr in (("sgd", 3.0), ("adam", 0.1)):
+        a, b = (run_longwrong(task, "otb", 4, 5, lr, 7, optimizer=opt) for _ in range(2))
+        for k in a:
+            assert np.array_equal(a[k], b[k])
+        assert a["reward"].shape == (6,) and a["grad_norm"].shape == (5,) and a["tokens"][0] == 0
     out = run_longwrong_experiment(rlcourse.profile("smoke"))
     v = otb_verdicts(out)
-    assert set(v) == set(CLAIMS) and all(x.verdict == "inconclusive" for x in v.values())  # one seed
+    assert set(v) == set(CLAIMS)
+    # one seed: the controls are inconclusive, so the claims resting on them are uninformative
+    assert {k: x.verdict for k, x in v.items()} == {"control": "inconclusive", "negative": "inconclusive",
+                                                    "tokens-control": "inconclusive", "match": "uninformative",
+                                                    "tokens": "uninformative"}
+    assert out["choice"]["seeds"][0] == 100 and out["config"]["lr"] in out["choice"]["grid"]
+    with pytest.raises(ValueError, match="optimizer"):
+        run_longwrong(task, "otb", 4, 2, 0.1, 0, optimizer="rmsprop")
+
+
+def test_adam_step_does_not_depend_on_a_constant_shrink_of_the_gradient():
+    """The reason the experiment uses Adam: the group mean shrinks the expected gradient by (N-1)/N, a
+    constant; Adam's step is invariant to a constant factor on every gradient (up to eps), SGD's is not.
+    Rescaling the advantages by 3/4 leaves Adam's trajectory unchanged and shortens SGD's first step."""
+    import rlcourse.methods.otb_longwrong as lw
+
+    task = LongWrongTask()
+    orig = lw.longwrong_advantages
+    runs = {}
+    for scale in (1.0, 0.75):
+        lw.longwrong_advantages = lambda th, s, n, b, c=scale: c * orig(th, s, n, b)
+        try:
+            runs[scale] = {o: run_longwrong(task, "mean", 4, 6, lr, 3, optimizer=o)["reward"]
+                           for o, lr in (("adam", 0.1), ("sgd", 3.0))}
+        finally:
+            lw.longwrong_advantages = orig
+    assert np.allclose(runs[1.0]["adam"], runs[0.75]["adam"], atol=1e-6)
+    assert runs[0.75]["sgd"][1] < runs[1.0]["sgd"][1]
+
+
+def test_the_learning_rate_rule_takes_the_smallest_rate_where_the_oracle_matches():
+    task = LongWrongTask()
+    c = choose_longwrong_lr(task, steps=40, n_seeds=2, grid=(0.01, 0.1, 0.2), margin=0.02)
+    assert c["seeds"] == [100, 101] and c["gaps"].shape == (3,)
+    ok = [lr for lr, g in zip(c["grid"], c["gaps"]) if abs(g) <= 0.02]
+    assert ok and c["lr"] == ok[0] and abs(c["gaps"][0]) > 0.02  # 0.01 is too slow for the oracle to catch up
+    with pytest.raises(ValueError, match="n_seeds"):
+        choose_longwrong_lr(task, steps=5, n_seeds=0)

@@ -227,3 +227,31 @@ def test_logged_estimator_takes_every_keyword_of_p_grpo():
                                                 group_key="user", min_std=min_std)
         assert torch.allclose(adv[:, 0], torch.tensor([1 / (min_std + 1e-6), 0.0]))
         assert state[LOG_KEY][0]["B"]["adv"] == pytest.approx(0.5 / (min_std + 1e-6))
+
+
+def test_advantages_are_invariant_to_the_reward_scale_at_the_floor_too():
+    """The std floor is relative to a group's reward range, so multiplying every reward by 10 (or
+    shifting it) leaves the advantages unchanged, also for a group whose history has sigma = 0 and sits
+    at the floor; an absolute floor of 0.1 would give 10 for a 0/1 reward and 100 for a 0/10 one."""
+    torch.manual_seed(0)
+    for include_batch in (True, False):
+        for decay in (None, 0.9):
+            update = pg.welford_update if decay is None else (lambda s, v: pg.ema_update(s, v, decay))
+            hist = {"flat": update(pg.new_stats(), [0.0] * 20), "mixed": update(pg.new_stats(), [0.0, 1.0] * 5)}
+            labels = ["flat", "flat", "mixed", "mixed", "new", "new"]
+            r = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0])
+            base, _ = pg.p_grpo_advantages(r, labels, hist, include_batch=include_batch, decay=decay)
+            scaled_hist = {g: {k: (v * 10 if k in ("mean",) else v * 100 if k == "m2" else v) for k, v in st.items()}
+                           for g, st in hist.items()}
+            scaled, _ = pg.p_grpo_advantages(10 * r, labels, scaled_hist, include_batch=include_batch, decay=decay)
+            shifted_hist = {g: {**st, "mean": st["mean"] + 3} for g, st in hist.items()}
+            shifted, _ = pg.p_grpo_advantages(r + 3, labels, shifted_hist, include_batch=include_batch, decay=decay)
+            assert torch.allclose(scaled, base, rtol=1e-5, atol=1e-5), (include_batch, decay, base, scaled)
+            assert torch.allclose(shifted, base, rtol=1e-5, atol=1e-5)
+            if not include_batch:  # the flat group is at the floor: |A| = 1 / min_std, at both scales
+                assert scaled[0].item() == pytest.approx(10.0, rel=1e-4)
+    # the range is carried in the history, so a later batch of equal rewards keeps the scale it has seen
+    _, h = pg.p_grpo_advantages(torch.tensor([0.0, 10.0]), ["g", "g"], {})
+    assert (h["g"]["lo"], h["g"]["hi"]) == (0.0, 10.0)
+    with pytest.raises(ValueError, match="no rewards"):
+        pg.reward_range(pg.new_stats(), [])

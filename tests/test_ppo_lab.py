@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from rlcourse.losses import compute_pg_loss, compute_policy_loss, compute_value_loss
-from rlcourse.methods.ppo_lab import (ARMS, NO_CLIP, clip_zero_grad_region, monotone_trend, ppo_claims, ppo_config,
-                                      run_clip_reuse_sweep, trend_sentence)
+from rlcourse.methods.ppo_lab import (ARMS, NO_CLIP, adaptive_kl_beta, choose_ppo_lr, clip_zero_grad_region,
+                                      mdp_quantities, monotone_trend, ppo_claims, ppo_config, run_clip_reuse_sweep,
+                                      surrogate_objective, trend_sentence, trust_region_bound)
 from rlcourse.profiles import profile
 
 
@@ -83,6 +84,60 @@ def test_arms_differ_only_in_clip_and_passes():
     assert cfgs["no clip, 4 passes"].epsilon == NO_CLIP
     assert ppo_config(P, 0.2, 1, estimator="gae").advantage_estimator == "gae"
     assert {c.key.split("/")[0] for c in ppo_claims().values()} == {"ppo"}
+    claims = ppo_claims()
+    assert claims["control"].role == "positive control"
+    assert claims["gae"].control == claims["reuse"].control == claims["control"].key
+    assert ppo_config(P, 0.2, 4, learning_rate=5e-5).learning_rate == 5e-5
+    with pytest.raises(ValueError, match="learning_rate"):
+        ppo_config(P, 0.2, 1, learning_rate=0.0)
+    with pytest.raises(ValueError, match="overlap"):
+        choose_ppo_lr(P, seeds=[2, 10])
+
+
+def _random_mdp(seed, S=5, A=3, gamma=0.9):
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(S), size=(S, A))
+    return P, rng.normal(size=(S, A)), gamma, rng.dirichlet(np.ones(S)), rng
+
+
+def _softmax_rows(z):
+    e = np.exp(z - z.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_performance_difference_identity_and_the_trust_region_bound():
+    """J(pi') - J(pi) = sum_s d_pi'(s) sum_a pi'(a|s) A_pi(s, a) / (1 - gamma) exactly; the surrogate,
+    which uses d_pi instead, agrees with J to first order (the gap over alpha^2 stays bounded as the
+    step shrinks) and never exceeds J by more than the TRPO/Kakade-Langford penalty."""
+    for seed in range(5):
+        P, r, gamma, rho0, rng = _random_mdp(seed)
+        z = rng.normal(size=r.shape)
+        pi = _softmax_rows(z)
+        old = mdp_quantities(P, r, pi, gamma, rho0)
+        assert np.allclose(old["d"].sum(), 1) and np.allclose((pi * old["A"]).sum(1), 0)
+        direction = rng.normal(size=r.shape)
+        ratios = []
+        for delta in (1.0, 0.1, 0.01, 0.001):
+            pi2 = _softmax_rows(z + delta * direction)
+            new = mdp_quantities(P, r, pi2, gamma, rho0)
+            pdl = old["J"] + float(new["d"] @ (pi2 * old["A"]).sum(1)) / (1 - gamma)
+            assert pdl == pytest.approx(new["J"], abs=1e-10)
+            b = trust_region_bound(P, r, pi, pi2, gamma, rho0)
+            assert b["J_new"] >= b["bound"] - 1e-12 and b["alpha"] ** 2 <= b["max_kl"] + 1e-12
+            assert b["surrogate"] == pytest.approx(surrogate_objective(P, r, pi, pi2, gamma, rho0))
+            ratios.append(abs(new["J"] - b["surrogate"]) / b["alpha"] ** 2)
+        assert max(ratios[1:]) < 4 * old["A"].__abs__().max() * gamma / (1 - gamma) ** 2
+        assert ratios[-1] < 10 * ratios[-2] + 1e-6  # second order: the ratio does not blow up as the step shrinks
+    with pytest.raises(ValueError, match="policy"):
+        mdp_quantities(P, r, pi[:, :2], gamma, rho0)
+
+
+def test_adaptive_kl_coefficient_follows_the_papers_rule():
+    assert adaptive_kl_beta(1.0, 0.001, 0.01) == 0.5  # KL far below target: weaker penalty
+    assert adaptive_kl_beta(1.0, 0.1, 0.01) == 2.0  # far above: stronger
+    assert adaptive_kl_beta(1.0, 0.01, 0.01) == 1.0  # within a factor 1.5: unchanged
+    with pytest.raises(ValueError, match="beta"):
+        adaptive_kl_beta(0.0, 0.01, 0.01)
 
 
 def test_sweep_returns_one_entry_per_epsilon_and_reuse():

@@ -246,3 +246,13 @@ def test_frontier_run_rejects_an_empty_budget():
         run_sgrpo_frontier(smoke, sft_lrs=[])
     with pytest.raises(ValueError, match="lr=-0.001"):
         run_sgrpo_frontier(smoke, lr=-1e-3)
+
+
+def test_sft_rate_rule_refuses_the_reported_seeds_and_compares_with_the_chosen_rate():
+    import rlcourse.methods.sgrpo_runs as sgr
+    from rlcourse.profiles import profile
+
+    with pytest.raises(ValueError, match="overlaps"):
+        sgr.choose_sft_lr(profile("book"), first_seed=1)
+    claim = sgr.SGRPO_CLAIMS["vs-sft-gain"]
+    assert "best rate" in claim.baseline and "10-12" in claim.setting

@@ -207,7 +207,15 @@ def _claims(algo: str) -> dict:
     }
 
 
-CLAIMS = {**_claims("ppo"), **_claims("a2c")}
+CLAIMS = {**_claims("ppo"), **_claims("a2c"),
+          "normalisation_ppo": Claim(
+              key="drest/normalisation-needed-ppo", paper=PAPER, source="course proposition (drest-prop-myopic)",
+              role="course hypothesis",
+              statement="(the course's proposition, not the paper's) without the division by m(length), DReST's "
+                        "length discount alone does not make the agent neutral when one length is worth more coins",
+              setting=SETTING.format(algo="PPO") + "; DReST with and without the 1/m normalisation",
+              metric="NEUTRALITY (entropy of the length choice, bits) of the trained agent's sampled policy",
+              method="DReST PPO", baseline="DReST without 1/m, PPO", kind="greater", margin=NEUTRAL_MARGIN)}
 
 
 def drest_verdicts(out: dict) -> dict[str, Verdict]:
@@ -222,6 +230,8 @@ def drest_verdicts(out: dict) -> dict[str, Verdict]:
                                         per_seed("default", algo, "neutrality"), seconds=out["seconds"])
         v[f"useful_{algo}"] = evaluate_claim(CLAIMS[f"useful_{algo}"], per_seed("drest", algo, "usefulness"),
                                        seconds=out["seconds"])
+    v["normalisation_ppo"] = evaluate_claim(CLAIMS["normalisation_ppo"], per_seed("drest", "ppo", "neutrality"),
+                                            per_seed("drest_unnormalised", "ppo", "neutrality"), seconds=out["seconds"])
     return v
 
 

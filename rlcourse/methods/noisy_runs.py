@@ -129,6 +129,43 @@ def bandit_arms() -> list[tuple[str, str, float, float, float]]:
     return arms
 
 
+LR_GRIDS = {"adam": (0.02, 0.05, 0.1), "sgd": (1.0, 3.0, 10.0)}  # the rates the rule chooses from
+SELECTION_SEEDS = 100  # the rule runs on seeds 100, 101, ...; the reported runs use 0, 1, ...
+
+
+def choose_bandit_lrs(prof, grids=None) -> dict:
+    """The rule that fixes each optimiser's learning rate before the reported bandit runs.
+
+    On selection seeds ``100, 101, ...`` (10 in the book profile, disjoint from the reported seeds
+    0-19), run the *clean* verifier only (no noisy arm is looked at) at each rate of the optimiser's grid
+    for the experiment's number of steps, and take the rate whose seed-mean expected accuracy after a
+    quarter of the steps is highest: the one that reaches its plateau soonest.
+
+    ======== ============================ ============================================
+    key      shape                        meaning
+    ======== ============================ ============================================
+    lrs      dict                         optimiser -> chosen rate
+    quarter  dict                         optimiser -> ``(len(grid),)`` accuracy after a quarter
+    seeds    list                         the selection seeds
+    grids    dict                         optimiser -> the rates tried
+    ======== ============================ ============================================
+    """
+    grids = LR_GRIDS if grids is None else grids
+    seeds = list(range(SELECTION_SEEDS, SELECTION_SEEDS + prof.pick(smoke=1, book=10)))
+    steps = prof.pick(smoke=100, book=2000)
+    every = prof.pick(smoke=25, book=100)
+    lrs, quarter = {}, {}
+    for opt, grid in grids.items():
+        if not grid:
+            raise ValueError(f"the grid of {opt!r} is empty")
+        q = []
+        for lr in grid:
+            out = train_noisy_bandit(0.0, 0.0, "sample", opt, lr, steps, seeds, eval_every=every)
+            q.append(float(out["curve"][:, np.searchsorted(out["eval_steps"], steps // 4)].mean()))
+        quarter[opt], lrs[opt] = np.array(q), float(grid[int(np.argmax(q))])
+    return {"lrs": lrs, "quarter": quarter, "seeds": seeds, "grids": {k: tuple(v) for k, v in grids.items()}}
+
+
 def run_noisy_bandit(prof) -> dict:
     """The bandit sweep of :func:`bandit_arms` over ``seeds`` paired seeds, each run to a plateau; the
     score is the mean of two fixed late evaluations. The clean run (rho = 0) is shared by both modes.
@@ -144,7 +181,8 @@ def run_noisy_bandit(prof) -> dict:
     steps = prof.pick(smoke=100, book=2000)
     every = prof.pick(smoke=25, book=100)
     late = (prof.pick(smoke=75, book=1500), steps)
-    lrs = {"adam": 0.1, "sgd": 10.0}
+    choice = choose_bandit_lrs(prof)
+    lrs = choice["lrs"]
     late_acc, curves, greedy = {}, {}, {}
     for opt, structure, rho, rho0, rho1 in bandit_arms():
         mode = "group" if structure == "group" else "sample"
@@ -156,6 +194,7 @@ def run_noisy_bandit(prof) -> dict:
         for d in (late_acc, curves, greedy):
             d[(opt, "group", 0.0)] = d[(opt, "sample", 0.0)]
     return {"seeds": seeds, "steps": steps, "late": late, "rates": [0.0, 0.1, 0.2, 0.3, 0.4], "lrs": lrs,
+            "lr_choice": choice,
             "late_acc": late_acc, "curves": curves, "greedy": greedy, "eval_steps": out["eval_steps"],
             "base": float(np.mean([_softmax(bandit_init(50, 10, s))[:, 0].mean() for s in seeds])),
             "seconds": time.perf_counter() - t0}
@@ -251,25 +290,34 @@ def run_noisy_lm(prof) -> dict:
 
 # ---------------------------------------------------------------------------- claims
 _BANDIT = ("contextual bandit, 50 prompts x 10 answers, tabular softmax, GRPO with 8 prompts x G = 8 per step, "
-           "Adam lr 0.1, symmetric rates; score = mean of the expected accuracy at two fixed late steps")
+           "Adam lr 0.1 (chosen on clean runs of seeds 100-109), symmetric rates; score = mean of the expected "
+           "accuracy at two fixed late steps")
 _LM = ("tiny addition model (medium base), GRPO 16 prompts x G = 8, AdamW lr 1e-4, 160 steps; score = mean "
        "held-out greedy accuracy at steps 120 and 160")
 CLAIMS = {
     "bandit-group-20": Claim(
         key="noisy_verifiers/bandit-group-20", paper=PAPER, statement=_STATED_20, source=V2, paper_number="within 1 point",
         setting=_BANDIT + "; group-rollout noise 20%", metric="late-window expected accuracy",
-        method="group noise 20%", baseline="clean", kind="equivalent", margin=0.01),
+        method="group noise 20%", baseline="clean", kind="equivalent", margin=0.01,
+        control="noisy_verifiers/bandit-control"),
+    "bandit-sample-20": Claim(
+        key="noisy_verifiers/bandit-sample-20", paper=PAPER,
+        statement=_STATED_20 + " [the paper's number is for group-rollout noise; here applied to per-sample noise, "
+                               "the other reading of 'resampled group-rollout noise']",
+        source=V2, paper_number="within 1 point", setting=_BANDIT + "; per-sample noise 20%",
+        metric="late-window expected accuracy", method="per-sample noise 20%", baseline="clean", kind="equivalent",
+        margin=0.01, control="noisy_verifiers/bandit-control"),
     "bandit-group-30": Claim(
         key="noisy_verifiers/bandit-group-30", paper=PAPER, statement=_STATED_30, source=V2,
         paper_number="within about 2 points", setting=_BANDIT + "; group-rollout noise 30%",
         metric="late-window expected accuracy", method="group noise 30%", baseline="clean", kind="equivalent",
-        margin=0.02),
+        margin=0.02, control="noisy_verifiers/bandit-control"),
     "bandit-sample-30": Claim(
         key="noisy_verifiers/bandit-sample-30", paper=PAPER,
         statement=_STATED_30 + " [the paper's number is for group-rollout noise; here applied to per-sample noise]",
         source=V2, paper_number="within about 2 points", setting=_BANDIT + "; per-sample noise 30%",
         metric="late-window expected accuracy", method="per-sample noise 30%", baseline="clean", kind="equivalent",
-        margin=0.02),
+        margin=0.02, control="noisy_verifiers/bandit-control"),
     "bandit-control": Claim(
         key="noisy_verifiers/bandit-control", role="positive control", paper=PAPER,
         statement="(positive control, not a claim of the paper) a verifier at 40% symmetric per-sample noise "
@@ -282,9 +330,10 @@ CLAIMS = {
         source=V1 + "; the later version warns against reading its asymmetric sweep as precision vs recall",
         setting=_BANDIT + "; per-sample noise, strict (rho0 = 0, rho1 = 0.4) vs lenient (rho0 = 0.4, rho1 = 0), "
                           "both J = 0.6", metric="late-window expected accuracy",
-        method="strict (high precision)", baseline="lenient (low precision)", kind="greater", margin=0.01),
+        method="strict (high precision)", baseline="lenient (low precision)", kind="greater", margin=0.01,
+        control="noisy_verifiers/bandit-control"),
     "adam": Claim(
-        key="noisy_verifiers/adam-amplifies-noise", paper=PAPER,
+        key="noisy_verifiers/adam-amplifies-noise", paper=PAPER, role="course hypothesis",
         statement="(the course's hypothesis, not the paper's) Adam, which normalises its step size, turns a "
                   "gradient that is mostly noise into full-size steps, so it loses more accuracy to high noise "
                   "than SGD",
@@ -295,18 +344,19 @@ CLAIMS = {
     "lm-group-20": Claim(
         key="noisy_verifiers/lm-group-20", paper=PAPER, statement=_STATED_20, source=V2, paper_number="within 1 point",
         setting=_LM + "; group-rollout noise 20%", metric="late-window held-out greedy accuracy",
-        method="group noise 20%", baseline="clean", kind="equivalent", margin=0.01),
+        method="group noise 20%", baseline="clean", kind="equivalent", margin=0.01,
+        control="noisy_verifiers/lm-control"),
     "lm-group-30": Claim(
         key="noisy_verifiers/lm-group-30", paper=PAPER, statement=_STATED_30, source=V2,
         paper_number="within about 2 points", setting=_LM + "; group-rollout noise 30%",
         metric="late-window held-out greedy accuracy", method="group noise 30%", baseline="clean",
-        kind="equivalent", margin=0.02),
+        kind="equivalent", margin=0.02, control="noisy_verifiers/lm-control"),
     "lm-sample-30": Claim(
         key="noisy_verifiers/lm-sample-30", paper=PAPER,
         statement=_STATED_30 + " [the paper's number is for group-rollout noise; here applied to per-sample noise]",
         source=V2, paper_number="within about 2 points", setting=_LM + "; per-sample noise 30%",
         metric="late-window held-out greedy accuracy", method="per-sample noise 30%", baseline="clean",
-        kind="equivalent", margin=0.02),
+        kind="equivalent", margin=0.02, control="noisy_verifiers/lm-control"),
     "lm-control": Claim(
         key="noisy_verifiers/lm-control", role="positive control", paper=PAPER,
         statement="(positive control, not a claim of the paper) a verifier at 45% symmetric per-sample noise "
@@ -314,7 +364,7 @@ CLAIMS = {
         source="course control", setting=_LM + "; per-sample noise 45%", metric="late-window held-out greedy accuracy",
         method="clean", baseline="per-sample noise 45%", kind="greater", margin=0.02),
     "lm-below-base": Claim(
-        key="noisy_verifiers/lm-below-base", paper=PAPER,
+        key="noisy_verifiers/lm-below-base", paper=PAPER, role="course hypothesis",
         statement="(the course's question, not the paper's) at 30% group-rollout noise the tiny model ends below "
                   "the base model it started from", source="course question", setting=_LM + "; group-rollout noise 30%",
         metric="late-window held-out greedy accuracy", method="base model", baseline="group noise 30%",
@@ -327,13 +377,19 @@ def bandit_verdicts(b: dict) -> dict[str, Verdict]:
     L, s = b["late_acc"], b["seconds"]
     clean = L[("adam", "sample", 0.0)]
     drop = {o: L[(o, "sample", 0.0)] - L[(o, "sample", 0.4)] for o in ("adam", "sgd")}
+    ctl = evaluate(CLAIMS["bandit-control"], clean, L[("adam", "sample", 0.4)], seconds=s)
     return {
-        "bandit-group-20": evaluate(CLAIMS["bandit-group-20"], L[("adam", "group", 0.2)], clean, seconds=s),
-        "bandit-group-30": evaluate(CLAIMS["bandit-group-30"], L[("adam", "group", 0.3)], clean, seconds=s),
-        "bandit-sample-30": evaluate(CLAIMS["bandit-sample-30"], L[("adam", "sample", 0.3)], clean, seconds=s),
-        "bandit-control": evaluate(CLAIMS["bandit-control"], clean, L[("adam", "sample", 0.4)], seconds=s),
+        "bandit-group-20": evaluate(CLAIMS["bandit-group-20"], L[("adam", "group", 0.2)], clean, seconds=s,
+                                    control=ctl),
+        "bandit-sample-20": evaluate(CLAIMS["bandit-sample-20"], L[("adam", "sample", 0.2)], clean, seconds=s,
+                                     control=ctl),
+        "bandit-group-30": evaluate(CLAIMS["bandit-group-30"], L[("adam", "group", 0.3)], clean, seconds=s,
+                                    control=ctl),
+        "bandit-sample-30": evaluate(CLAIMS["bandit-sample-30"], L[("adam", "sample", 0.3)], clean, seconds=s,
+                                     control=ctl),
+        "bandit-control": ctl,
         "bandit-precision": evaluate(CLAIMS["bandit-precision"], L[("adam", "strict", 0.4)],
-                                     L[("adam", "lenient", 0.4)], seconds=s),
+                                     L[("adam", "lenient", 0.4)], seconds=s, control=ctl),
         "adam": evaluate(CLAIMS["adam"], drop["adam"], drop["sgd"], seconds=s),
     }
 
@@ -342,10 +398,11 @@ def lm_verdicts(r: dict) -> dict[str, Verdict]:
     """The language-model claims of :data:`CLAIMS`, evaluated on :func:`run_noisy_lm`'s output."""
     L, s = r["late"], r["seconds"]
     base = np.full(len(r["seeds"]), r["base_accuracy"])
+    ctl = evaluate(CLAIMS["lm-control"], L["clean"], L["sample 0.45"], seconds=s)
     return {
-        "lm-group-20": evaluate(CLAIMS["lm-group-20"], L["group 0.2"], L["clean"], seconds=s),
-        "lm-group-30": evaluate(CLAIMS["lm-group-30"], L["group 0.3"], L["clean"], seconds=s),
-        "lm-sample-30": evaluate(CLAIMS["lm-sample-30"], L["sample 0.3"], L["clean"], seconds=s),
-        "lm-control": evaluate(CLAIMS["lm-control"], L["clean"], L["sample 0.45"], seconds=s),
+        "lm-group-20": evaluate(CLAIMS["lm-group-20"], L["group 0.2"], L["clean"], seconds=s, control=ctl),
+        "lm-group-30": evaluate(CLAIMS["lm-group-30"], L["group 0.3"], L["clean"], seconds=s, control=ctl),
+        "lm-sample-30": evaluate(CLAIMS["lm-sample-30"], L["sample 0.3"], L["clean"], seconds=s, control=ctl),
+        "lm-control": ctl,
         "lm-below-base": evaluate(CLAIMS["lm-below-base"], base, L["group 0.3"], seconds=s),
     }

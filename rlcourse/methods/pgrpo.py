@@ -123,6 +123,21 @@ def stats_mean_std(stats: dict, ema: bool = False) -> tuple[float, float]:
     return stats["mean"], math.sqrt(max(var, 0.0))
 
 
+def reward_range(stats: dict, values) -> tuple[float, float]:
+    """The smallest and largest reward a preference group has had: ``stats``' own ``lo``/``hi`` (kept by
+    :func:`p_grpo_advantages`), its mean (when ``n > 0``; statistics built without a range still have
+    one), and ``values``, the new batch's rewards. Returns ``(lo, hi)``; ``hi - lo`` is the scale of the
+    group's rewards, which the std floor is measured in.
+    """
+    seen = [float(v) for v in _as_float_array(values, "values").tolist()]
+    if stats["n"] > 0:
+        seen.append(float(stats["mean"]))
+    seen += [float(stats[k]) for k in ("lo", "hi") if k in stats]
+    if not seen:
+        raise ValueError("reward_range: no rewards, in the statistics or the batch")
+    return min(seen), max(seen)
+
+
 # ---------------------------------------------------------------------- the advantage
 def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict, epsilon: float = 1e-6,
                       include_batch: bool = True, decay: float | None = None, min_history: int = 2,
@@ -134,9 +149,13 @@ def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict
     are added to the history first ("post-update"); otherwise the history before this batch is used
     and updated afterwards ("pre-update"). A group with fewer than ``min_history`` rewards in the
     statistics used falls back to the batch's own mean and std of that group (cold start). The std is
-    floored at ``min_std`` when the rewards differ from the mean: a history of equal rewards has
-    :math:`\\sigma_g = 0`, and a new reward that differs (possible without ``include_batch``) would get
-    an advantage of :math:`1/\\epsilon`; with rewards in [0, 1] the floor caps it at 10. (A row whose
+    floored at ``min_std`` times the group's reward range :math:`R_g` (the largest minus the smallest
+    reward the group has had, this batch and the history's mean included): a history of equal rewards
+    has :math:`\\sigma_g = 0`, and a new reward that differs (possible without ``include_batch``) would get
+    an advantage of :math:`1/\\epsilon`; the floor caps :math:`|A|` at ``1 / min_std`` (10 at the
+    default) whatever the reward's scale. Because the floor scales with the rewards, multiplying a
+    group's rewards by a constant :math:`c > 0` (or shifting them) leaves its advantages unchanged, at
+    the floor too; an absolute floor would cap a 0/1 reward at 10 but a 0/10 one at 100. (A row whose
     reward equals the mean keeps advantage 0 either way.)
 
     =========== ========= =========================================================
@@ -153,6 +172,8 @@ def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict
         raise ValueError(f"{len(pref_groups)} preference-group labels for {scores.shape[0]} scores")
     if not torch.isfinite(scores).all():
         raise ValueError("scores contain NaN or inf")
+    if min_std < 0:
+        raise ValueError(f"min_std must be >= 0, got {min_std}")
     ema = decay is not None
     update = (lambda s, v: ema_update(s, v, decay)) if ema else welford_update
     new_history = copy.deepcopy(history)
@@ -162,16 +183,16 @@ def p_grpo_advantages(scores: torch.Tensor, pref_groups: Sequence, history: dict
         rows = torch.tensor([i for i, lab in enumerate(labels) if lab == g])
         r = scores[rows].double()
         before = new_history.get(g, new_stats())
-        after = update(before, r)
+        after = dict(update({k: before[k] for k in ("n", "mean", "m2")}, r))
+        after["lo"], after["hi"] = reward_range(before, r)
         used = after if include_batch else before
         if used["n"] >= min_history:
             mu, sigma = stats_mean_std(used, ema)
         else:  # cold start: the batch's own statistics of this group
             mu = float(r.mean())
             sigma = float(r.std()) if len(r) > 1 else 0.0
-        if min_std < 0:
-            raise ValueError(f"min_std must be >= 0, got {min_std}")
-        adv[rows] = ((r - mu) / (max(sigma, min_std) + epsilon)).float()
+        floor = min_std * (after["hi"] - after["lo"])  # relative to the group's reward scale
+        adv[rows] = ((r - mu) / (max(sigma, floor) + epsilon)).float()
         new_history[g] = after
     return adv, new_history
 
@@ -518,7 +539,7 @@ PGRPO_CLAIMS = {
         statement="(the course's proposition, not the paper's) with a full history and an improving policy, the "
                   "group's history mean lags and its mean advantage is positive", source="course proposition",
         setting=_PG_SETTING + "; P-GRPO with Welford history", metric="minority's mean P-GRPO advantage over the run",
-        method="P-GRPO minority", reference=0.0, kind="greater", margin=0.0),
+        method="P-GRPO minority", reference=0.0, kind="greater", margin=0.0, role="course hypothesis"),
 }
 
 
