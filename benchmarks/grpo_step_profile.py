@@ -1,0 +1,176 @@
+"""What one rlcourse GRPO step does, counted rather than timed: per stage (rollout, reward and
+advantages, update), the tensor operations run (aten ops as ``torch.profiler`` counts them, nested
+ones included, forward and backward), the Python
+function calls, the model forward passes and the scalar syncs (``.item()``, ``float(tensor)``), and
+the workload they served (rows, decode steps, tokens sampled, rows and tokens trained).
+
+The counts do not depend on how loaded the machine is, so a regression of the step shows here on any
+machine: more ops or calls per step at the same workload is the code, a larger workload at the same
+ops per token is the base model or the data. The configuration is that of ``grpo_vs_trl.py``
+(8 prompts x 8 samples, <= 16 new tokens, ``loss_type="dapo"``, ``beta=0``).
+
+    python benchmarks/grpo_step_profile.py [--steps 3] [--warmup 2] [--profile book] [--top 8]
+
+``--profile smoke`` builds a tiny base model in seconds (the counts are then not comparable with
+the book profile's). Process CPU seconds per stage are printed too, for orientation only: they
+depend on the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import collections
+import functools
+import os
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler: no start/stop lines on stderr
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+STAGES = ("rollout", "score", "update")
+SYNC_OPS = {"aten::_local_scalar_dense"}  # what .item(), float(t), int(t), bool(t) dispatch
+
+
+class StageRecorder:
+    """Per step and stage: aten op counts, Python calls (cProfile), process CPU seconds."""
+
+    def __init__(self, count: bool):
+        self.count = count
+        self.steps: list[dict] = []
+
+    def new_step(self):
+        self.steps.append({s: {"ops": collections.Counter(), "calls": collections.Counter(), "cpu": 0.0}
+                           for s in STAGES})
+
+    def run(self, stage: str, fn, *args, **kwargs):
+        rec = self.steps[-1][stage]
+        prof = cProfile.Profile() if self.count else None
+        t = time.process_time()
+        if self.count:
+            with profile(activities=[ProfilerActivity.CPU]) as ops:
+                prof.enable()
+                try:
+                    out = fn(*args, **kwargs)
+                finally:
+                    prof.disable()
+            for event in ops.key_averages():
+                if event.key.startswith("aten::"):
+                    rec["ops"][event.key] += event.count
+            for (file, line, name), row in pstats.Stats(prof).stats.items():  # row[1]: all calls, with recursion
+                rec["calls"][name if file == "~" else f"{Path(file).name}:{name}"] += row[1]
+        else:
+            out = fn(*args, **kwargs)
+        rec["cpu"] += time.process_time() - t
+        return out
+
+
+def instrument(trainer, recorder: StageRecorder) -> None:
+    """Wrap the trainer's sampler (rollout), reward (score) and update; the signatures stay visible
+    (``functools.wraps``), since the loop passes each part only the arguments it names."""
+    sampler, reward, update = trainer.sampler, trainer.reward_fn, trainer._update
+
+    @functools.wraps(sampler)
+    def rollout(*a, **k):
+        recorder.new_step()
+        return recorder.run("rollout", sampler, *a, **k)
+
+    @functools.wraps(reward)
+    def score(*a, **k):
+        return recorder.run("score", reward, *a, **k)
+
+    @functools.wraps(update)
+    def train(*a, **k):
+        return recorder.run("update", update, *a, **k)
+
+    trainer.sampler, trainer.reward_fn, trainer._update = rollout, score, train
+
+
+FORWARD_FUNCTIONS = ("engine.py:lean_forward", "model.py:shared_prefix_logprobs", "model.py:response_logprobs")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", default="book", choices=("smoke", "book", "full"))
+    parser.add_argument("--model", help="a saved model folder to start from instead of the profile's "
+                                        "addition/medium base model (to compare two commits on one model)")
+    parser.add_argument("--steps", type=int, default=3, help="counted steps (after the warm-up)")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--max-completion-length", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--top", type=int, default=8, help="ops and Python functions listed per stage")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    import rlcourse
+    from rlcourse.lm import load_base_model
+    from rlcourse.tasks import get_task
+    from rlcourse.train import RLConfig, Trainer
+
+    if args.model:
+        from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+        base, tok = AutoModelForCausalLM.from_pretrained(args.model).eval(), PreTrainedTokenizerFast.from_pretrained(args.model)
+    else:
+        base, tok = load_base_model("addition", "medium", prof=rlcourse.profile(args.profile), progress=False)
+    info = getattr(base.config, "rlcourse_pretrain", {}) or {}
+    task = get_task("addition")
+    total = args.warmup + args.steps
+    pool = task.examples(args.prompts * total, seed=0)
+    cfg = RLConfig(num_generations=args.generations, prompts_per_step=args.prompts,
+                   max_completion_length=args.max_completion_length, learning_rate=args.lr, steps=total, beta=0.0,
+                   temperature=1.0, loss_type="dapo", max_grad_norm=1.0, progress=False)
+    trainer = Trainer(base, tok, task, cfg, train_examples=pool)
+    recorder = StageRecorder(count=False)
+    instrument(trainer, recorder)
+    for _ in range(args.warmup):
+        trainer.step()
+    recorder.steps.clear()
+    recorder.count = True
+    history = [trainer.step() for _ in range(args.steps)]
+
+    n = args.steps
+    print(f"rlcourse GRPO step, counted over {n} steps after {args.warmup} warm-up (torch {torch.__version__}, "
+          f"{args.threads} thread(s)); base model: addition/medium, {args.profile} profile, "
+          f"pretrained {info.get('steps', '?')} steps to held-out accuracy {info.get('accuracy', float('nan')):.3f}")
+    rows = args.prompts * args.generations
+    work = {
+        "rows": rows,
+        "engine passes": statistics.mean(
+            s["rollout"]["calls"].get("engine.py:lean_forward", 0) for s in recorder.steps),
+        "tokens sampled": statistics.mean(m["response_tokens"] for m in history),
+        "reward": statistics.mean(m["reward"] for m in history),
+        "rows trained": statistics.mean(m["frac_rows_trained"] * rows for m in history),
+    }
+    print("workload per step (mean): " + ", ".join(f"{k} {v:.1f}" for k, v in work.items()))
+    print(f"{'stage':<8} {'aten ops':>9} {'syncs':>6} {'py calls':>9} {'fwd':>5} {'CPU s':>7}")
+    for stage in STAGES:
+        ops = sum((s[stage]["ops"] for s in recorder.steps), collections.Counter())
+        calls = sum((s[stage]["calls"] for s in recorder.steps), collections.Counter())
+        fwd = sum(calls.get(name, 0) for name in FORWARD_FUNCTIONS)
+        cpu = statistics.median(s[stage]["cpu"] for s in recorder.steps)
+        print(f"{stage:<8} {sum(ops.values()) / n:>9.0f} {sum(ops[o] for o in SYNC_OPS) / n:>6.0f} "
+              f"{sum(calls.values()) / n:>9.0f} {fwd / n:>5.0f} {cpu:>7.3f}")
+    for stage in STAGES:
+        ops = sum((s[stage]["ops"] for s in recorder.steps), collections.Counter())
+        calls = sum((s[stage]["calls"] for s in recorder.steps), collections.Counter())
+        print(f"\n{stage}: top aten ops per step: " + ", ".join(
+            f"{name.removeprefix('aten::')} {c / n:.0f}" for name, c in ops.most_common(args.top)))
+        print(f"{stage}: top Python calls per step: " + ", ".join(
+            f"{name} {c / n:.0f}" for name, c in calls.most_common(args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
