@@ -1,8 +1,9 @@
-"""What one rlcourse GRPO step does, counted rather than timed: per stage (rollout, reward and
-advantages, update), the tensor operations run (aten ops as ``torch.profiler`` counts them, nested
-ones included, forward and backward), the Python
-function calls, the model forward passes and the scalar syncs (``.item()``, ``float(tensor)``), and
-the workload they served (rows, decode steps, tokens sampled, rows and tokens trained).
+"""What one rlcourse GRPO step does, counted rather than timed. Per stage (``rollout``: the sampler;
+``score``: the reward; ``update``: forward, loss, backward and optimiser step) it counts the tensor
+operations run (aten ops as ``torch.profiler`` counts them, nested ones included, backward too), the
+scalar syncs among them (``.item()``, ``float(tensor)``), the Python function calls (``cProfile``)
+and the policy's forward passes; and the workload they served (rows, engine passes, tokens sampled,
+rows trained).
 
 The counts do not depend on how loaded the machine is, so a regression of the step shows here on any
 machine: more ops or calls per step at the same workload is the code, a larger workload at the same
@@ -10,6 +11,8 @@ ops per token is the base model or the data. The configuration is that of ``grpo
 (8 prompts x 8 samples, <= 16 new tokens, ``loss_type="dapo"``, ``beta=0``).
 
     python benchmarks/grpo_step_profile.py [--steps 3] [--warmup 2] [--profile book] [--top 8]
+    python benchmarks/grpo_step_profile.py --model DIR --json a.json              # at one commit
+    python benchmarks/grpo_step_profile.py --model DIR --compare a.json           # at another: the differences
 
 ``--profile smoke`` builds a tiny base model in seconds (the counts are then not comparable with
 the book profile's). Process CPU seconds per stage are printed too, for orientation only: they
@@ -21,6 +24,7 @@ import argparse
 import cProfile
 import collections
 import functools
+import json
 import os
 import pstats
 import statistics
@@ -97,7 +101,60 @@ def instrument(trainer, recorder: StageRecorder) -> None:
 FORWARD_FUNCTIONS = ("engine.py:lean_forward", "model.py:shared_prefix_logprobs", "model.py:response_logprobs")
 
 
-def main() -> int:
+def summarise(recorder: StageRecorder, history: list[dict], rows: int) -> dict:
+    """Per-step means of the counts (and the median CPU seconds) of each stage, and the workload."""
+    n = len(recorder.steps)
+    out = {"workload": {
+        "rows": rows,
+        "engine passes": statistics.mean(s["rollout"]["calls"].get("engine.py:lean_forward", 0)
+                                         for s in recorder.steps),
+        "tokens sampled": statistics.mean(m["response_tokens"] for m in history),
+        "reward": statistics.mean(m["reward"] for m in history),
+        "rows trained": statistics.mean(m["frac_rows_trained"] * rows for m in history),
+    }, "stages": {}}
+    for stage in STAGES:
+        ops = sum((s[stage]["ops"] for s in recorder.steps), collections.Counter())
+        calls = sum((s[stage]["calls"] for s in recorder.steps), collections.Counter())
+        out["stages"][stage] = {
+            "aten ops": sum(ops.values()) / n, "syncs": sum(ops[o] for o in SYNC_OPS) / n,
+            "python calls": sum(calls.values()) / n,
+            "forward passes": sum(calls.get(f, 0) for f in FORWARD_FUNCTIONS) / n,
+            "cpu seconds": statistics.median(s[stage]["cpu"] for s in recorder.steps),
+            "ops": {k: v / n for k, v in ops.most_common()}, "calls": {k: v / n for k, v in calls.most_common()},
+        }
+    return out
+
+
+def report(summary: dict, top: int, other: dict | None = None) -> None:
+    """Print the workload, the per-stage table and the commonest ops and calls; with ``other`` (an
+    earlier ``--json``), the differences from it as well."""
+    print("workload per step (mean): " + ", ".join(f"{k} {v:.1f}" for k, v in summary["workload"].items()))
+    if other:
+        print("  earlier:                 " + ", ".join(f"{k} {v:.1f}" for k, v in other["workload"].items()))
+    keys = ("aten ops", "syncs", "python calls", "forward passes")
+    print(f"{'stage':<8} {'aten ops':>9} {'syncs':>6} {'py calls':>9} {'fwd':>5} {'CPU s':>7}" +
+          ("   (earlier: ops, syncs, calls, fwd)" if other else ""))
+    for stage, st in summary["stages"].items():
+        line = f"{stage:<8} {st['aten ops']:>9.0f} {st['syncs']:>6.0f} {st['python calls']:>9.0f} " \
+               f"{st['forward passes']:>5.0f} {st['cpu seconds']:>7.3f}"
+        if other:
+            line += "   (" + ", ".join(f"{other['stages'][stage][k]:.0f}" for k in keys) + ")"
+        print(line)
+    for stage, st in summary["stages"].items():
+        print(f"\n{stage}: top aten ops per step: " + ", ".join(
+            f"{name.removeprefix('aten::')} {c:.0f}" for name, c in list(st["ops"].items())[:top]))
+        print(f"{stage}: top Python calls per step: " + ", ".join(
+            f"{name} {c:.0f}" for name, c in list(st["calls"].items())[:top]))
+        if other:
+            for what in ("ops", "calls"):
+                old = other["stages"][stage][what]
+                delta = {k: st[what].get(k, 0) - old.get(k, 0) for k in set(st[what]) | set(old)}
+                changed = sorted((k for k in delta if abs(delta[k]) >= 0.5), key=lambda k: -abs(delta[k]))[:top]
+                print(f"{stage}: {what} per step, now minus earlier: " +
+                      (", ".join(f"{k} {delta[k]:+.0f}" for k in changed) or "no difference"))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", default="book", choices=("smoke", "book", "full"))
     parser.add_argument("--model", help="a saved model folder to start from instead of the profile's "
@@ -110,7 +167,9 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=8, help="ops and Python functions listed per stage")
-    args = parser.parse_args()
+    parser.add_argument("--json", help="write the counts here (every op and call, per step)")
+    parser.add_argument("--compare", help="a --json file of an earlier run (another commit): print the differences")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     import rlcourse
@@ -121,7 +180,8 @@ def main() -> int:
     if args.model:
         from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-        base, tok = AutoModelForCausalLM.from_pretrained(args.model).eval(), PreTrainedTokenizerFast.from_pretrained(args.model)
+        base = AutoModelForCausalLM.from_pretrained(args.model).eval()
+        tok = PreTrainedTokenizerFast.from_pretrained(args.model)
     else:
         base, tok = load_base_model("addition", "medium", prof=rlcourse.profile(args.profile), progress=False)
     info = getattr(base.config, "rlcourse_pretrain", {}) or {}
@@ -140,35 +200,15 @@ def main() -> int:
     recorder.count = True
     history = [trainer.step() for _ in range(args.steps)]
 
-    n = args.steps
-    print(f"rlcourse GRPO step, counted over {n} steps after {args.warmup} warm-up (torch {torch.__version__}, "
-          f"{args.threads} thread(s)); base model: addition/medium, {args.profile} profile, "
-          f"pretrained {info.get('steps', '?')} steps to held-out accuracy {info.get('accuracy', float('nan')):.3f}")
-    rows = args.prompts * args.generations
-    work = {
-        "rows": rows,
-        "engine passes": statistics.mean(
-            s["rollout"]["calls"].get("engine.py:lean_forward", 0) for s in recorder.steps),
-        "tokens sampled": statistics.mean(m["response_tokens"] for m in history),
-        "reward": statistics.mean(m["reward"] for m in history),
-        "rows trained": statistics.mean(m["frac_rows_trained"] * rows for m in history),
-    }
-    print("workload per step (mean): " + ", ".join(f"{k} {v:.1f}" for k, v in work.items()))
-    print(f"{'stage':<8} {'aten ops':>9} {'syncs':>6} {'py calls':>9} {'fwd':>5} {'CPU s':>7}")
-    for stage in STAGES:
-        ops = sum((s[stage]["ops"] for s in recorder.steps), collections.Counter())
-        calls = sum((s[stage]["calls"] for s in recorder.steps), collections.Counter())
-        fwd = sum(calls.get(name, 0) for name in FORWARD_FUNCTIONS)
-        cpu = statistics.median(s[stage]["cpu"] for s in recorder.steps)
-        print(f"{stage:<8} {sum(ops.values()) / n:>9.0f} {sum(ops[o] for o in SYNC_OPS) / n:>6.0f} "
-              f"{sum(calls.values()) / n:>9.0f} {fwd / n:>5.0f} {cpu:>7.3f}")
-    for stage in STAGES:
-        ops = sum((s[stage]["ops"] for s in recorder.steps), collections.Counter())
-        calls = sum((s[stage]["calls"] for s in recorder.steps), collections.Counter())
-        print(f"\n{stage}: top aten ops per step: " + ", ".join(
-            f"{name.removeprefix('aten::')} {c / n:.0f}" for name, c in ops.most_common(args.top)))
-        print(f"{stage}: top Python calls per step: " + ", ".join(
-            f"{name} {c / n:.0f}" for name, c in calls.most_common(args.top)))
+    print(f"rlcourse GRPO step, counted over {args.steps} steps after {args.warmup} warm-up (torch "
+          f"{torch.__version__}, {args.threads} thread(s)); base model: {args.model or 'addition/medium'}, "
+          f"{args.profile} profile, pretrained {info.get('steps', '?')} steps to held-out accuracy "
+          f"{info.get('accuracy', float('nan')):.3f}")
+    summary = summarise(recorder, history, args.prompts * args.generations)
+    other = json.loads(Path(args.compare).read_text()) if args.compare else None
+    report(summary, args.top, other)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1))
     return 0
 
 
