@@ -23,25 +23,40 @@ from __future__ import annotations
 import argparse
 import cProfile
 import collections
+import contextlib
 import functools
 import json
 import os
 import pstats
+import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # torch.profiler: no start/stop lines on stderr
+import torch
+from torch.profiler import ProfilerActivity, profile
 
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 STAGES = ("rollout", "score", "update")
 SYNC_OPS = {"aten::_local_scalar_dense"}  # what .item(), float(t), int(t), bool(t) dispatch
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Send what C++ code writes to stderr (file descriptor 2) to /dev/null for a moment."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
 
 
 class StageRecorder:
@@ -60,16 +75,21 @@ class StageRecorder:
         prof = cProfile.Profile() if self.count else None
         t = time.process_time()
         if self.count:
-            with profile(activities=[ProfilerActivity.CPU]) as ops:
-                prof.enable()
-                try:
-                    out = fn(*args, **kwargs)
-                finally:
-                    prof.disable()
+            ops = profile(activities=[ProfilerActivity.CPU])
+            with quiet_stderr():  # the profiler's start and stop lines
+                ops.__enter__()
+            prof.enable()
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                prof.disable()
+                with quiet_stderr():
+                    ops.__exit__(None, None, None)
             for event in ops.key_averages():
                 if event.key.startswith("aten::"):
                     rec["ops"][event.key] += event.count
             for (file, line, name), row in pstats.Stats(prof).stats.items():  # row[1]: all calls, with recursion
+                name = re.sub(r" at 0x[0-9a-f]+", "", name)  # no addresses: names compare across runs
                 rec["calls"][name if file == "~" else f"{Path(file).name}:{name}"] += row[1]
         else:
             out = fn(*args, **kwargs)
