@@ -64,10 +64,14 @@ lab: $(STAMP)
 assignments: $(STAMP)
 	$(PY) scripts/make_assignments.py --out _build/assignments
 
-# Speed targets; see benchmarks/README.md.
+# Speed targets; see benchmarks/README.md. The GRPO step's op and call counts (load-independent) are
+# printed before the comparison with TRL, whose ratio is a target only on an otherwise idle machine.
 bench: $(STAMP)
+	$(PY) -c "import trl" 2>/dev/null || $(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) benchmarks/build_base_model.py
 	$(PY) benchmarks/sampling_speed.py
+	$(PY) benchmarks/grpo_step_profile.py
+	$(PY) benchmarks/grpo_vs_trl.py
 
 clean:
 	rm -rf _build

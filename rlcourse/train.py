@@ -497,7 +497,7 @@ class Trainer:
                     sums["entropy"] = sums.get("entropy", 0.0) + ent.item() / n_micro
                     if cfg.entropy_coef:
                         loss = loss - cfg.entropy_coef * ent
-                (loss / n_micro).backward()
+                (loss / n_micro if n_micro != 1 else loss).backward()  # x / 1 is x: skip the op
                 share = len(rows) / len(live)  # metrics average over the rows trained
                 for name, value in pg_metrics.items():
                     sums[name] = sums.get(name, 0.0) + value * share
@@ -529,7 +529,7 @@ class Trainer:
         n = cfg.num_iterations
         out = {key: (v / n if key != "grad_norm" else v) for key, v in sums.items()}
         if sampled_entropy:  # with the step's global denominators (bnpo has none: take them here)
-            whole = {key: self.dp.sum(v) for key, v in agg_denominators(batch.response_mask).items()}
+            whole = denominators or {key: self.dp.sum(v) for key, v in agg_denominators(batch.response_mask).items()}
             out["entropy"] = float(agg_loss(batch.entropy, batch.response_mask, **{**whole, **_agg_only(agg)}))
         out["frac_rows_trained"] = len(live) / B
         return out

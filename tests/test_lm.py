@@ -199,6 +199,7 @@ def test_pretraining_lands_near_its_target():
     assert (result.steps, result.accuracy) == (closest["step"], closest["accuracy"])
     assert greedy_accuracy(model, tok, task, task.examples(64, split="test")) == pytest.approx(result.accuracy)
     assert not model.training
+    assert all(p.grad is None for p in model.parameters())  # no SFT gradient left for a later trainer
 
 
 def test_rollout_batch_extras_survive_select_and_widen(tok, model):

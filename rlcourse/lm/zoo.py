@@ -134,6 +134,10 @@ def pretrain(model, tokenizer, task: Task | str, max_steps: int, batch_size: int
             else:
                 last = {"step": step, "accuracy": acc, "weights": None}
     bar.close()
+    # no gradient of the last SFT step stays on the parameters: a trainer that accumulates into .grad
+    # (the RL loop's first step) would otherwise add it to its own, and a fresh build would train
+    # differently from the same weights loaded from the cache
+    opt.zero_grad(set_to_none=True)
     model.eval()
     chosen = chosen or {"step": history[-1]["step"], "accuracy": history[-1]["accuracy"]}
     return PretrainResult(steps=chosen["step"], accuracy=chosen["accuracy"], history=history,
