@@ -181,6 +181,22 @@ def bind_reward(fn: Callable, reward_kwargs: dict, **context) -> Callable:
     return functools.partial(fn, **extra) if extra else fn
 
 
+# the arguments the loop passes to every sampler (a sampler takes those it names)
+SAMPLER_ARGUMENTS = ("model", "tokenizer", "prompts", "config", "generator", "state", "examples", "pool", "task",
+                     "reward", "step")
+
+
+def call_sampler(fn: Callable, loop: dict, kwargs: dict, what: str = "sampler_kwargs"):
+    """Call a sampler as the loop does: the loop's arguments ``loop`` that ``fn`` names, plus the
+    configured ``kwargs``. A key of ``kwargs`` that the loop gives, or one that ``fn`` does not take,
+    is a ValueError naming ``what`` (a wrapper sampler passes its ``base_kwargs`` through here)."""
+    given = sorted(set(kwargs) & set(SAMPLER_ARGUMENTS))
+    if given:
+        raise ValueError(f"{what} {given} are given by the loop")
+    check_accepts(fn, kwargs, what)
+    return call_with_supported(fn, **loop, **kwargs)
+
+
 def call_policy_loss(loss: Callable, agg: dict, **named):
     """Call a policy loss with the arguments its signature names. The aggregation keywords in ``agg``
     (``loss_agg_mode``, ``global_tokens``, ``global_seqs``, ``max_len``) also reach a ``**kwargs``
@@ -274,10 +290,9 @@ class Trainer:
             if cfg.scale_rewards == "batch" or cfg.whiten_advantages:
                 raise ValueError("scale_rewards='batch' and whiten_advantages use statistics of the whole batch, "
                                  "which a data-parallel process does not hold; use them in a single process")
-        loop_given = {"model", "tokenizer", "prompts", "config", "generator", "state", "examples", "pool", "task",
-                      "reward", "step"}
-        if set(cfg.sampler_kwargs) & loop_given:
-            raise ValueError(f"sampler_kwargs {sorted(set(cfg.sampler_kwargs) & loop_given)} are given by the loop")
+        if set(cfg.sampler_kwargs) & set(SAMPLER_ARGUMENTS):
+            raise ValueError(f"sampler_kwargs {sorted(set(cfg.sampler_kwargs) & set(SAMPLER_ARGUMENTS))} are given "
+                             "by the loop")
         check_accepts(self.sampler, cfg.sampler_kwargs, "sampler_kwargs")
         check_accepts(self.estimator, cfg.advantage_kwargs, "advantage_kwargs")
         check_accepts(self.policy_loss, cfg.loss_kwargs, "loss_kwargs")

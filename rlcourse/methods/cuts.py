@@ -241,7 +241,9 @@ def mixed_cuts_sampler(model, tokenizer, prompts, config, generator, examples, t
 def compute_cuts_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                          response_mask: torch.Tensor, behaviour_logprob: torch.Tensor | None = None,
                          is_cap: float = 2.0, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
-                         clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", **agg_kwargs):
+                         clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
+                         global_tokens: float | None = None, global_seqs: float | None = None,
+                         max_len: int | None = None):
     """PPO-clip whose per-token advantage is weighted by the truncated importance ratio of the
     behaviour distribution, ``w_t = min(pi_old(y_t) / q(y_t), is_cap)`` (``= min(|C_t| pi_old(y_t), cap)``
     on CUTS rows, 1 on rows sampled from the policy). Without ``behaviour_logprob`` (a sampler that
@@ -266,7 +268,8 @@ def compute_cuts_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adv
                                                                      else 50.0)).detach() * response_mask
     loss, metrics = compute_ppo_is_loss(old_log_prob, log_prob, advantages, response_mask, is_weight=weight,
                                         clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, **agg_kwargs)
+                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
+                                        global_tokens=global_tokens, global_seqs=global_seqs, max_len=max_len)
     if weight is not None:
         metrics = {**metrics, "cuts_is_weight": float(masked_mean(weight, response_mask))}
     return loss, metrics

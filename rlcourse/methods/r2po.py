@@ -219,7 +219,8 @@ def compute_r2po_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
                       response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
                       clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
                       behaviour_logprob: torch.Tensor | None = None, is_level: str = "token",
-                      is_cap: float | None = None, **agg_kwargs):
+                      is_cap: float | None = None, global_tokens: float | None = None,
+                      global_seqs: float | None = None, max_len: int | None = None):
     """PPO-clip on rollouts drawn from a behaviour policy ``mu`` (the head on), corrected by
     ``w = pi_old / mu``: the vanilla loss with advantages ``w * A`` (``w`` has no gradient).
 
@@ -253,7 +254,8 @@ def compute_r2po_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
             w = w.clamp(max=is_cap)
     loss, metrics = compute_policy_loss(old_log_prob, log_prob, advantages * w, response_mask,
                                         clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, **agg_kwargs)
+                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
+                                        global_tokens=global_tokens, global_seqs=global_seqs, max_len=max_len)
     metrics = dict(metrics)
     metrics["r2po_is_weight"] = float(masked_mean(w, response_mask))
     metrics["r2po_is_weight_max"] = float((w * response_mask).max())
