@@ -35,6 +35,7 @@ import torch
 
 from .losses import compute_policy_loss, get_policy_loss, register_policy_loss
 from .lm.sampling import RolloutBatch, cat_batches
+from .parts import call_sampler
 from .rollout import get_sampler, register_sampler
 
 PRIORITIES = ("reward", "advantage", "uniform")
@@ -357,8 +358,6 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
     if buf.settings() != (capacity, float(alpha), tau):
         raise ValueError(f"state['replay_buffer'] was built with (capacity, alpha, tau) = {buf.settings()}, "
                          f"not {(capacity, float(alpha), tau)}")
-    from .train import call_sampler
-
     base_fn = get_sampler(base)
     if base_fn is replay_sampler:
         raise ValueError("the replay sampler's base cannot be 'replay' itself")

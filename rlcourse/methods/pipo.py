@@ -330,7 +330,7 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     state sees the cached rows (group-wise estimators do not: the cached rows keep their own groups).
     """
     from ..distributed import current
-    from ..train import call_sampler
+    from ..parts import call_sampler
 
     if current().world_size > 1:
         raise ValueError("the pipo sampler keeps a batch-level window (mu_t of the whole batch); run it in one process")

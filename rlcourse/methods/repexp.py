@@ -367,7 +367,7 @@ def repexp_sampler(model, tokenizer, prompts, config, generator, state, examples
     Metrics logged with the step: ``repexp_task_reward`` (mean of the loop's reward, before the bonus),
     ``repexp_bonus`` (mean raw bonus) and ``repexp_bonus_on`` (share of groups with the bonus on).
     """
-    from ..train import call_sampler
+    from ..parts import call_sampler
 
     G = config.num_generations
     if G < 2:

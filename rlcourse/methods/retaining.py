@@ -346,7 +346,7 @@ def sequence_kl(model, ref_model, tokenizer, prompts: list[str], max_new_tokens:
 
 def sft_run(model, tokenizer, examples: list[Example], steps: int, batch_size: int, lr: float, seed: int,
             eval_at: list[int], evaluate) -> list[dict]:
-    """Supervised fine-tuning with one AdamW for the whole run (as :func:`rlcourse.train.sft`), calling
+    """Supervised fine-tuning with one AdamW for the whole run (as :func:`rlcourse.supervised.sft`), calling
     ``evaluate(model)`` after each step in ``eval_at`` (0 = before training). Returns those results."""
     from ..lm.zoo import sft_loss
 
