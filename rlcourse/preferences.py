@@ -4,7 +4,7 @@ The chapter *Reward models* builds everything here. A *true* reward with graded 
 completion of the addition task by how far its final answer is from the sum; pairs of the base
 model's own samples are labelled by that reward through a Bradley-Terry coin (so labels are noisy the
 way human labels are); a reward model (:class:`~rlcourse.lm.heads.ScalarHeadModel`) is fitted with
-:func:`~rlcourse.train.train_reward_model`; then best-of-N selection by the learned (proxy) reward is
+:func:`~rlcourse.supervised.train_reward_model`; then best-of-N selection by the learned (proxy) reward is
 compared with selection by the true reward.
 
 =============================  ===============================================================
@@ -114,7 +114,7 @@ def make_preference_pairs(prompts: Sequence[str], texts: Sequence[Sequence[str]]
     prompts  ``P``      prompt strings
     texts    ``P x G``  the ``G`` sampled completions of each prompt
     rewards  ``(P, G)`` their true rewards
-    returns             list of :class:`~rlcourse.train.PreferencePair` and ``(M,)`` bool: label agrees with
+    returns             list of :class:`~rlcourse.supervised.PreferencePair` and ``(M,)`` bool: label agrees with
                         the true reward
     ======== ========== ==========================================
     """

@@ -25,6 +25,7 @@ This module holds the pieces, each used by the chapter's tabular experiment and 
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import replace
 from typing import Any, Sequence
@@ -32,8 +33,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .losses import compute_policy_loss, register_policy_loss
+from .losses import compute_policy_loss, get_policy_loss, register_policy_loss
 from .lm.sampling import RolloutBatch, cat_batches
+from .parts import call_sampler
 from .rollout import get_sampler, register_sampler
 
 PRIORITIES = ("reward", "advantage", "uniform")
@@ -305,7 +307,7 @@ def _with_extras(batch: RolloutBatch, is_weight: torch.Tensor, age: torch.Tensor
 def replay_sampler(model, tokenizer, prompts, config, generator, state, examples, pool, task, reward, step,
                    base: str = "policy", replay_groups: int = 4, capacity: int = 256, alpha: float = 0.6,
                    tau: float | None = None, beta: float = 0.4, beta_final: float | None = None,
-                   priority: str = "reward", epsilon: float = 1e-6) -> RolloutBatch:
+                   priority: str = "reward", epsilon: float = 1e-6, base_kwargs: dict | None = None) -> RolloutBatch:
     """Fresh groups from the ``base`` sampler plus ``replay_groups`` groups replayed from a buffer of
     past steps' groups (Freshness-Aware PER with ``tau``, standard PER with ``tau=None``, uniform
     replay with ``priority="uniform"``).
@@ -316,7 +318,14 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
     replay starts at the step after the buffer first holds ``replay_groups`` groups: a documented
     rule, not an error). ``replay_groups > capacity`` is a ValueError. ``beta`` is the PER weights'
     exponent; with ``beta_final`` it is annealed linearly from ``beta`` at step 1 to ``beta_final`` at
-    ``config.steps`` (the authors anneal 0.4 to 1).
+    ``config.steps`` (the authors anneal 0.4 to 1). ``base_kwargs`` configures the base sampler (e.g.
+    ``{"lag": 2}`` for ``base="multiturn"``); a keyword it does not take is a ValueError.
+
+    The PER weights reach the update only through a policy loss that names ``is_weight`` (``"ppo_is"``).
+    With another loss they would be dropped, so that combination is a ValueError whenever the weights
+    can differ from 1 (``beta`` or ``beta_final`` above 0, ``priority`` not ``"uniform"``, and
+    ``replay_groups`` above 0): use ``policy_loss="ppo_is"``, or ``beta=0`` to replay without the
+    correction (the paper authors' buffer computes the weights only on request).
 
     ============ ========= ==============================================================
     returns      batch     fresh rows, then replayed rows; ``index`` offset by
@@ -335,17 +344,26 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
         raise ValueError(f"replay_groups must lie in [0, capacity={capacity}], got {replay_groups}")
     if priority not in PRIORITIES:
         raise ValueError(f"unknown priority {priority!r}; choose one of {PRIORITIES}")
+    weighted = replay_groups > 0 and priority != "uniform" and (beta > 0 or bool(beta_final))
+    loss = get_policy_loss(config.policy_loss)
+    if weighted and "is_weight" not in inspect.signature(loss).parameters:
+        name = config.policy_loss if isinstance(config.policy_loss, str) else getattr(loss, "__name__", repr(loss))
+        raise ValueError(f"the replay sampler's PER importance weights (beta={beta}, beta_final={beta_final}) reach "
+                         f"only a policy loss that takes is_weight, and policy_loss={name!r} does not: use "
+                         "policy_loss='ppo_is', or sampler_kwargs beta=0 (and no beta_final) to replay without the "
+                         "correction")
     if beta_final is not None:
         beta = beta + (beta_final - beta) * min(1.0, (step - 1) / max(1, config.steps - 1))
     buf: ReplayBuffer = state.setdefault("replay_buffer", ReplayBuffer(capacity, alpha, tau))
     if buf.settings() != (capacity, float(alpha), tau):
         raise ValueError(f"state['replay_buffer'] was built with (capacity, alpha, tau) = {buf.settings()}, "
                          f"not {(capacity, float(alpha), tau)}")
-    from .train import call_with_supported
-
-    fresh = call_with_supported(get_sampler(base), model=model, tokenizer=tokenizer, prompts=prompts, config=config,
-                                generator=generator, state=state, examples=examples, pool=pool, task=task,
-                                reward=reward, step=step)
+    base_fn = get_sampler(base)
+    if base_fn is replay_sampler:
+        raise ValueError("the replay sampler's base cannot be 'replay' itself")
+    fresh = call_sampler(base_fn, dict(model=model, tokenizer=tokenizer, prompts=prompts, config=config,
+                                       generator=generator, state=state, examples=examples, pool=pool, task=task,
+                                       reward=reward, step=step), base_kwargs or {}, "the replay sampler's base_kwargs")
     if {"is_weight", "age"} & set(fresh.extras):
         raise ValueError("the base sampler already records extras 'is_weight'/'age'; the replay sampler sets them")
     per_row = fresh.examples if fresh.examples is not None else [examples[int(i)] for i in fresh.index]
@@ -382,7 +400,8 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
 def compute_ppo_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                         response_mask: torch.Tensor, is_weight: torch.Tensor | None = None,
                         clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: float | None = None,
-                        loss_agg_mode: str = "token-mean", **agg_kwargs):
+                        loss_agg_mode: str = "token-mean", *, global_tokens: float | None = None,
+                        global_seqs: float | None = None, max_len: int | None = None):
     """PPO's clipped surrogate with each token's loss multiplied by its PER weight ``is_weight``
     (a sampler's extra; None: weight 1, the ``"vanilla"`` loss).
 
@@ -403,7 +422,8 @@ def compute_ppo_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, adva
         advantages = advantages * is_weight.to(advantages.dtype)
     return compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low=clip_ratio_low,
                                clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c,
-                               loss_agg_mode=loss_agg_mode, **agg_kwargs)
+                               loss_agg_mode=loss_agg_mode, global_tokens=global_tokens,
+                               global_seqs=global_seqs, max_len=max_len)
 
 
 compute_ppo_is_loss.zero_at_zero_advantage = True

@@ -12,43 +12,43 @@ config; the trainer is never edited. The configuration speaks TRL's vocabulary
 (``num_generations``, ``beta``, ``epsilon``, ``epsilon_high``, ``loss_type``, ``scale_rewards``,
 ``max_completion_length``, ``num_iterations``).
 
-Also here: :func:`sft` (supervised fine-tuning on demonstrations) and :func:`train_reward_model`
-(Bradley-Terry on preference pairs).
+The trainer's neighbours, each a module of its own and importable from here as before:
+:mod:`rlcourse.parts` (how the loop calls a part with the arguments it names),
+:mod:`rlcourse.checkpoints` (metrics logs and checkpoints), :mod:`rlcourse.lora` (a LoRA policy and its
+adapter-off reference) and :mod:`rlcourse.supervised` (:func:`~rlcourse.supervised.sft` and
+:func:`~rlcourse.supervised.train_reward_model`).
 """
 from __future__ import annotations
 
 import copy
-import csv
-import functools
 import inspect
-import json
-import os
-import random
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
 from tqdm import tqdm
 
-from . import distributed
+from . import checkpoints, distributed
 from .advantages import get_estimator, place_on_last_token
+from .checkpoints import load_metrics, plot_metrics, write_csv  # noqa: F401  (public here too)
 from .data import get_prompt_sampler
-from .lm.heads import ScalarHeadModel
 from .lm.engine import lean_engine_supports
+from .lm.heads import ScalarHeadModel
 from .lm.model import response_logprobs, shared_prefix_logprobs
-from .lm.sampling import RolloutBatch, encode_prompts
-from .lm.zoo import greedy_accuracy, sft_loss
-from .losses import AGG_MODES, LOSS_TYPE_TO_AGG, agg_denominators, agg_loss, bradley_terry_loss, \
-    compute_value_loss, get_policy_loss, kl_penalty
+from .lm.sampling import RolloutBatch
+from .lm.zoo import greedy_accuracy
+from .lora import AdapterOffReference, is_peft_model, load_adapter_weights  # noqa: F401
+from .losses import AGG_MODES, LOSS_TYPE_TO_AGG, agg_denominators, agg_loss, compute_value_loss, get_policy_loss, \
+    kl_penalty
 from .metrics import explained_variance
-from .ops import check_finite, masked_mean, masked_whiten
+from .ops import check_finite, masked_whiten
+from .parts import LOSS_ARGUMENTS, REWARD_CONTEXT, SAMPLER_ARGUMENTS, bind_reward, call_policy_loss, \
+    call_sampler, call_with_supported, check_accepts, needs_values  # noqa: F401  (the loop's dispatch)
 from .rewards import get_reward
 from .rollout import get_sampler
+from .supervised import PreferencePair, encode_pairs, reward_model_scores, sft, train_reward_model  # noqa: F401
 from .tasks import Example, Task, get_task
 
 
@@ -163,89 +163,6 @@ class RLConfig:
         return {k: (v if not callable(v) else getattr(v, "__name__", repr(v))) for k, v in asdict(self).items()}
 
 
-def call_with_supported(fn: Callable, **available):
-    """Call ``fn`` with the keyword arguments its signature accepts (all of them if it takes ``**kw``)."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return fn(**available)
-    return fn(**{k: v for k, v in available.items() if k in params})
-
-
-REWARD_CONTEXT = ("model", "tokenizer", "ref_model", "step")
-
-
-def bind_reward(fn: Callable, reward_kwargs: dict, **context) -> Callable:
-    """The loop's reward as ``fn(batch, examples, task, state)``, with the context the reward names.
-
-    A reward that declares a parameter called ``model``, ``tokenizer``, ``ref_model`` (None when the
-    KL term is off) or ``step`` receives the loop's current one (a self-reward scores with the policy,
-    a scheduled bonus reads the step); ``reward_kwargs`` from the config reach it too. A reward that
-    names none of them is returned unchanged, so samplers that call the reward themselves see the same
-    function the loop scores with."""
-    params = inspect.signature(fn).parameters
-    extra = {key: v for key, v in context.items() if key in params}
-    extra.update(reward_kwargs)
-    return functools.partial(fn, **extra) if extra else fn
-
-
-def call_policy_loss(loss: Callable, agg: dict, **named):
-    """Call a policy loss with the arguments its signature names. The aggregation keywords in ``agg``
-    (``loss_agg_mode``, ``global_tokens``, ``global_seqs``, ``max_len``) also reach a ``**kwargs``
-    parameter, which is how a loss forwards them to :func:`~rlcourse.losses.agg_loss`; the clip
-    arguments reach only a loss that names them (``pg`` has no clip range)."""
-    params = inspect.signature(loss).parameters
-    kwargs = {key: v for key, v in {**named, **agg}.items() if key in params}
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs.update(agg)
-    return loss(**kwargs)
-
-
-def check_accepts(fn: Callable, kwargs: dict, what: str) -> None:
-    """Raise a ValueError naming the keywords of ``kwargs`` that ``fn`` does not take (a misspelt
-    knob in a config must not be dropped in silence)."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    unknown = sorted(set(kwargs) - set(params))
-    if unknown:
-        name = getattr(fn, "__name__", repr(fn))
-        raise ValueError(f"{what} {unknown} are not parameters of {name}; it takes {sorted(params)}")
-
-
-def needs_values(estimator: Callable) -> bool:
-    return "values" in inspect.signature(estimator).parameters
-
-
-def is_peft_model(model) -> bool:
-    """True for a ``peft`` model with adapters (it can switch them off with ``disable_adapter()``)."""
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
-class AdapterOffReference:
-    """The reference policy of a LoRA run: the policy's own base weights with the adapter switched off
-    (``peft``'s ``disable_adapter()`` context), so no second copy of the weights exists, as in TRL.
-    Callable like the model; ``eval()`` and ``requires_grad_()`` leave the policy untouched."""
-
-    def __init__(self, model):
-        if not is_peft_model(model):
-            raise ValueError(f"AdapterOffReference needs a peft model with an adapter, not {type(model).__name__}")
-        self.model = model
-
-    def __call__(self, *args, **kwargs):
-        with self.model.disable_adapter():
-            return self.model(*args, **kwargs)
-
-    @property
-    def config(self):
-        return self.model.config
-
-    def eval(self):
-        return self
-
-    def requires_grad_(self, requires_grad: bool = True):
-        return self
-
-
 class Trainer:
     """The RL loop on a causal LM and a verifiable task.
 
@@ -281,10 +198,9 @@ class Trainer:
             if cfg.scale_rewards == "batch" or cfg.whiten_advantages:
                 raise ValueError("scale_rewards='batch' and whiten_advantages use statistics of the whole batch, "
                                  "which a data-parallel process does not hold; use them in a single process")
-        loop_given = {"model", "tokenizer", "prompts", "config", "generator", "state", "examples", "pool", "task",
-                      "reward", "step"}
-        if set(cfg.sampler_kwargs) & loop_given:
-            raise ValueError(f"sampler_kwargs {sorted(set(cfg.sampler_kwargs) & loop_given)} are given by the loop")
+        if set(cfg.sampler_kwargs) & set(SAMPLER_ARGUMENTS):
+            raise ValueError(f"sampler_kwargs {sorted(set(cfg.sampler_kwargs) & set(SAMPLER_ARGUMENTS))} are given "
+                             "by the loop")
         check_accepts(self.sampler, cfg.sampler_kwargs, "sampler_kwargs")
         check_accepts(self.estimator, cfg.advantage_kwargs, "advantage_kwargs")
         check_accepts(self.policy_loss, cfg.loss_kwargs, "loss_kwargs")
@@ -593,89 +509,23 @@ class Trainer:
                                max_new_tokens=self.config.max_completion_length)
 
     def _log(self, metrics: dict) -> None:
-        if self.output_dir is None or not self.dp.is_main:
-            return
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.output_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(metrics) + "\n")
-        write_csv(self.history, self.output_dir / "metrics.csv")
+        if self.output_dir is not None and self.dp.is_main:
+            checkpoints.append_metrics(self.output_dir, self.history, metrics)
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
-        """Write ``checkpoint-<step>`` atomically: weights (safetensors), optimiser, RNG states,
-        the parts' state and the metrics history."""
-        if self.output_dir is None:
-            raise ValueError("save_checkpoint needs config.output_dir")
-        final = self.output_dir / f"checkpoint-{self.step_count:06d}"
-        if not self.dp.is_main:  # data-parallel: the replicas are equal; rank 0 writes
-            self.dp.barrier()
-            return final
-        tmp = self.output_dir / f".tmp-checkpoint-{self.step_count:06d}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        if is_peft_model(self.model):  # LoRA: the adapter alone (a peft adapter folder), not the frozen base
-            self.model.save_pretrained(str(tmp / "adapter"))
-        else:
-            save_model(self.model, str(tmp / "model.safetensors"))
-        if self.value_model is not None:
-            save_model(self.value_model, str(tmp / "value_model.safetensors"))
-        torch.save({
-            "step": self.step_count,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict() if self.critic_optimizer else None,
-            "generator": self.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "numpy_rng": np.random.get_state(),
-            "python_rng": random.getstate(),
-            "state": self.state,
-            "history": self.history,
-            "config": self.config.to_dict(),
-        }, tmp / "trainer_state.pt")
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        self.dp.barrier()
-        return final
+        """Write ``checkpoint-<step>`` into ``output_dir`` (:func:`rlcourse.checkpoints.save_checkpoint`)."""
+        return checkpoints.save_checkpoint(self)
 
     def latest_checkpoint(self) -> Path | None:
-        if self.output_dir is None or not self.output_dir.exists():
-            return None
-        found = sorted(self.output_dir.glob("checkpoint-*"))
-        return found[-1] if found else None
+        """The newest checkpoint in ``output_dir``, or None."""
+        return checkpoints.latest_checkpoint(self.output_dir)
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Restore everything :meth:`save_checkpoint` wrote; the next step continues exactly.
+        """Restore what :meth:`save_checkpoint` wrote; the next step continues exactly
+        (:func:`rlcourse.checkpoints.load_checkpoint`: resume only from checkpoints you wrote)."""
+        checkpoints.load_checkpoint(self, path)
 
-        The weights load from safetensors (no code runs). ``trainer_state.pt`` is a pickle, because
-        the parts' ``state`` may hold any Python data (a replay buffer, a bank of past weights), so
-        it is read with ``weights_only=False``: resume only from checkpoints you wrote."""
-        path = Path(path)
-        if not (path / "trainer_state.pt").exists():
-            raise FileNotFoundError(f"{path} is not a complete checkpoint (no trainer_state.pt)")
-        if (path / "adapter").exists():
-            load_adapter_weights(self.model, path / "adapter")
-        else:
-            load_model(self.model, str(path / "model.safetensors"))
-        if self.value_model is not None:
-            load_model(self.value_model, str(path / "value_model.safetensors"))
-        st = torch.load(path / "trainer_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(st["optimizer"])
-        self.scheduler.load_state_dict(st["scheduler"])
-        if self.critic_optimizer is not None and st["critic_optimizer"] is not None:
-            self.critic_optimizer.load_state_dict(st["critic_optimizer"])
-        self.generator.set_state(st["generator"])
-        torch.set_rng_state(st["torch_rng"])
-        np.random.set_state(st["numpy_rng"])
-        random.setstate(st["python_rng"])
-        self.state, self.history, self.step_count = st["state"], st["history"], st["step"]
-        if self.output_dir is not None and self.dp.is_main:  # rewrite the logs so they end at the checkpoint
-            (self.output_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in self.history))
-            write_csv(self.history, self.output_dir / "metrics.csv")
-
-
-# the arguments the loop passes to every policy loss (an extra of the same name would shadow one)
-LOSS_ARGUMENTS = {"old_log_prob", "log_prob", "advantages", "response_mask", "clip_ratio_low", "clip_ratio_high",
-                  "clip_ratio_c", "loss_agg_mode", "global_tokens", "global_seqs", "max_len"}
 
 # metrics that are each process's part of a global sum (their denominators are global) or counts
 GLOBAL_SUM_METRICS = {"loss", "kl", "entropy", "vf_loss", "response_tokens", "prompt_tokens"}
@@ -687,140 +537,8 @@ def distributed_seed(seed: int, rank: int, step: int) -> int:
     return (seed * 1_000_003 + rank) * 1_000_033 + step
 
 
-def load_adapter_weights(model, folder: str | Path) -> None:
-    """Load the adapter that ``model.save_pretrained(folder)`` wrote back into the peft ``model``
-    (exact: the same tensors); an adapter key the model lacks, or one of the model's adapter weights
-    missing from the file, is a ValueError."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    if not is_peft_model(model):
-        raise ValueError(f"{folder} holds a LoRA adapter, but the model ({type(model).__name__}) has none")
-    result = set_peft_model_state_dict(model, load_file(str(Path(folder) / "adapter_model.safetensors")))
-    missing = [k for k in result.missing_keys if "lora_" in k]
-    if result.unexpected_keys or missing:
-        raise ValueError(f"adapter in {folder} does not fit the model: unexpected {result.unexpected_keys[:5]}, "
-                         f"missing {missing[:5]}")
-
-
 def _agg_only(agg: dict) -> dict:
     keys = ("loss_agg_mode", "global_tokens", "global_seqs", "max_len")
     return {("mode" if key == "loss_agg_mode" else key): v for key, v in agg.items() if key in keys}
 
 
-def write_csv(history: list[dict], path: str | Path) -> None:
-    keys: list[str] = []
-    for row in history:
-        keys += [key for key in row if key not in keys]
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(history)
-
-
-def load_metrics(path: str | Path) -> list[dict]:
-    """Read ``metrics.jsonl`` (or a folder holding it) back into a list of dicts."""
-    path = Path(path)
-    path = path / "metrics.jsonl" if path.is_dir() else path
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def plot_metrics(history: list[dict] | str | Path, keys: Sequence[str], ax=None, label: str | None = None,
-                 smooth: int = 1, **plot_kwargs):
-    """Plot metrics against ``step`` (one line per key) and return the axes. ``smooth`` is the width of
-    a trailing moving average; steps where a key is missing are skipped."""
-    import matplotlib.pyplot as plt
-
-    history = load_metrics(history) if isinstance(history, (str, Path)) else history
-    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
-    for key in keys:
-        pts = [(h["step"], h[key]) for h in history if key in h and h[key] is not None]
-        if not pts:
-            raise KeyError(f"metric {key!r} is not in the history; available: {sorted(history[0]) if history else []}")
-        x, y = map(np.asarray, zip(*pts))
-        if smooth > 1:
-            y = np.array([y[max(0, i - smooth + 1):i + 1].mean() for i in range(len(y))])
-        ax.plot(x, y, label=label if len(keys) == 1 and label else (f"{label}: {key}" if label else key), **plot_kwargs)
-    ax.set_xlabel("step")
-    return ax
-
-
-# ---------------------------------------------------------------------- SFT and reward models
-def sft(model, tokenizer, examples: Sequence[Example], steps: int, batch_size: int = 32, lr: float | None = None,
-        seed: int = 0, progress: bool = False, optimizer: torch.optim.Optimizer | None = None) -> list[float]:
-    """Supervised fine-tuning on demonstrations (``example.solution``); returns the loss per step.
-
-    A fresh AdamW at ``lr`` (default ``1e-3``), or ``optimizer``: continue with it (and its Adam
-    moments), so that a run split into several calls (to evaluate between them) is one run; its
-    learning rate is then the optimizer's, and passing ``lr`` as well is an error.
-    """
-    if not examples:
-        raise ValueError("sft needs at least one example")
-    if optimizer is not None and lr is not None:
-        raise ValueError(f"sft got both lr={lr} and an optimizer: the optimizer's learning rate is the one used; "
-                         "pass one of the two")
-    gen = torch.Generator().manual_seed(seed)
-    opt = optimizer if optimizer is not None else torch.optim.AdamW(
-        model.parameters(), lr=1e-3 if lr is None else lr, weight_decay=0.0)
-    losses = []
-    model.train()
-    for _ in tqdm(range(steps), desc="SFT", disable=not progress):
-        rows = torch.randint(len(examples), (min(batch_size, len(examples)),), generator=gen).tolist()
-        loss = sft_loss(model, tokenizer, [examples[i] for i in rows])
-        check_finite("SFT loss", loss.detach())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
-
-
-@dataclass(frozen=True)
-class PreferencePair:
-    """A prompt with a preferred (``chosen``) and a dispreferred (``rejected``) completion."""
-
-    prompt: str
-    chosen: str
-    rejected: str
-
-
-def encode_pairs(tokenizer, prompts: Sequence[str], completions: Sequence[str]):
-    """Left-padded ``(ids, mask)`` of prompt + completion + EOS, for scoring with a reward model."""
-    texts = [p + c + tokenizer.eos_token for p, c in zip(prompts, completions)]
-    return encode_prompts(tokenizer, texts)
-
-
-def reward_model_scores(reward_model: ScalarHeadModel, tokenizer, prompts: Sequence[str],
-                        completions: Sequence[str]) -> torch.Tensor:
-    """``(N,)`` reward-model scores of completions (with gradient if the caller enables it)."""
-    if len(prompts) != len(completions):
-        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-    ids, mask = encode_pairs(tokenizer, prompts, completions)
-    return reward_model.sequence_reward(ids, mask)
-
-
-def train_reward_model(reward_model: ScalarHeadModel, tokenizer, pairs: Sequence[PreferencePair], steps: int,
-                       batch_size: int = 64, lr: float = 1e-3, seed: int = 0, progress: bool = False) -> list[dict]:
-    """Fit a Bradley-Terry reward model on preference pairs; returns per-step loss and pair accuracy."""
-    if not pairs:
-        raise ValueError("train_reward_model needs at least one preference pair")
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(reward_model.parameters(), lr=lr, weight_decay=0.0)
-    log = []
-    reward_model.train()
-    for _ in tqdm(range(steps), desc="reward model", disable=not progress):
-        rows = torch.randint(len(pairs), (min(batch_size, len(pairs)),), generator=gen).tolist()
-        chunk = [pairs[i] for i in rows]
-        prompts = [p.prompt for p in chunk]
-        r_c = reward_model_scores(reward_model, tokenizer, prompts, [p.chosen for p in chunk])
-        r_r = reward_model_scores(reward_model, tokenizer, prompts, [p.rejected for p in chunk])
-        loss = bradley_terry_loss(r_c, r_r)
-        check_finite("reward-model loss", loss.detach())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        log.append({"loss": loss.item(), "accuracy": float((r_c > r_r).float().mean())})
-    reward_model.eval()
-    return log

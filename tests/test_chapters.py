@@ -72,6 +72,38 @@ def glued_numpy_scalars(nb) -> list[str]:
             and any(k.endswith("text/plain") and str(v).startswith("np.") for k, v in out.get("data", {}).items())]
 
 
+STDERR_PROBLEM = re.compile(r"Warning|warn\(|Traceback")
+
+
+def stderr_problems(nb) -> list[str]:
+    """Every stream output on stderr that holds a warning (``...Warning``, ``warn(``) or a traceback,
+    as ``cell N (first line of its source): "text"``. A reader sees these under the cell, and the book
+    shows them on the page; a progress bar on stderr holds none of these words and passes."""
+    found = []
+    for n, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            text = out.get("text", "")
+            text = "".join(text) if isinstance(text, list) else text
+            if out.get("output_type") == "stream" and out.get("name") == "stderr" and STDERR_PROBLEM.search(text):
+                first = next((line for line in cell.source.splitlines() if line.strip()), "")
+                found.append(f"cell {n} ({first[:60]}): {text.strip()[:400]!r}")
+    return found
+
+
+def test_stderr_problems_finds_warnings_and_tracebacks_only():
+    def nb(*outputs):
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1\nf(x)", outputs=list(outputs))])
+
+    def stream(name, text):
+        return nbformat.v4.new_output("stream", name=name, text=text)
+
+    warned = stderr_problems(nb(stream("stderr", "/x/hub.py:176: UserWarning: Cannot enable progress bars\n  warnings.warn(")))
+    assert len(warned) == 1 and warned[0].startswith("cell 0 (x = 1)") and "Cannot enable" in warned[0]
+    assert stderr_problems(nb(stream("stderr", "Traceback (most recent call last):\n  ...")))
+    assert not stderr_problems(nb(stream("stderr", "SFT addition: 100%|##########| 40/40 [00:01<00:00]")))
+    assert not stderr_problems(nb(stream("stdout", "a UserWarning printed on purpose")))
+
+
 @pytest.mark.chapters
 @pytest.mark.parametrize("stem", CHAPTERS)
 def test_chapter_executes_in_smoke_profile(stem, monkeypatch, tmp_path):
@@ -91,6 +123,8 @@ def test_chapter_executes_in_smoke_profile(stem, monkeypatch, tmp_path):
     assert not missing, f"{stem}: glued figures without an image: {missing}"
     numpy_scalars = glued_numpy_scalars(nb)
     assert not numpy_scalars, f"{stem}: glued NumPy scalars (glue float(x) or int(x)): {numpy_scalars}"
+    problems = stderr_problems(nb)
+    assert not problems, f"{stem}: warnings or tracebacks on stderr under cells: " + "; ".join(problems)
     # the executed notebook is kept for the HTML build of tests/test_web_book.py (no second execution)
     saved = Path(os.environ["RLCOURSE_EXECUTED_DIR"]) / f"{stem}.ipynb"
     saved.parent.mkdir(parents=True, exist_ok=True)

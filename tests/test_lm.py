@@ -249,3 +249,32 @@ def test_proposal_draws_from_its_own_distribution_and_records_log_q(tok, model):
         sample(model, tok, prompts, max_new_tokens=2, top_k=2, proposal=top2_uniform)
     with pytest.raises(ValueError, match="temperature > 0"):
         sample(model, tok, prompts, max_new_tokens=2, temperature=0, proposal=top2_uniform)
+
+
+@pytest.mark.parametrize("env", ["1", None])
+def test_no_progress_bars_restores_the_state_it_found(env):
+    """Loading a cached model switches the progress bars off and back to what they were; with
+    ``HF_HUB_DISABLE_PROGRESS_BARS=1`` nothing is switched on, so the hub warns of nothing (the
+    warning once appeared under every chapter cell that loaded a model). Run in a fresh interpreter:
+    the hub reads the variable at import."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('error')\n"
+            "from huggingface_hub import utils as hub\n"
+            "from transformers.utils import logging as tf\n"
+            "from rlcourse.lm.zoo import no_progress_bars\n"
+            "before = (tf.is_progress_bar_enabled(), hub.are_progress_bars_disabled())\n"
+            "with no_progress_bars():\n"
+            "    inside = (tf.is_progress_bar_enabled(), hub.are_progress_bars_disabled())\n"
+            "after = (tf.is_progress_bar_enabled(), hub.are_progress_bars_disabled())\n"
+            "assert inside == (False, True), inside\n"
+            "assert after == before, (before, after)\n"
+            "print(before)\n")
+    env_vars = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    if env is not None:
+        env_vars["HF_HUB_DISABLE_PROGRESS_BARS"] = env
+    out = subprocess.run([sys.executable, "-c", code], env=env_vars, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == ("(False, True)" if env == "1" else "(True, False)"), out.stdout

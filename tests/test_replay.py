@@ -319,3 +319,29 @@ def test_replay_sampler_resume_is_exact(base, tmp_path):
     assert np.array_equal(a.tree.nodes, b.tree.nodes) and np.array_equal(a.stored_at, b.stored_at)
     for x, y in zip(a.items, b.items):
         assert torch.equal(x[0].response_ids, y[0].response_ids) and torch.equal(x[0].logprobs, y[0].logprobs)
+
+
+def test_replay_sampler_refuses_a_loss_that_would_drop_the_per_weights(base):
+    """PER weights reach the update only through a loss that names ``is_weight``: with another loss
+    the sampler refuses (naming the fix) whenever the weights can differ from 1, and runs when they
+    cannot (``beta=0``, or uniform priorities) or when the loss takes them."""
+    from rlcourse.train import RLConfig
+
+    with one_torch_thread():
+        for loss in ("vanilla", "gipo", "sorl"):
+            tr = _trainer(base, priority="reward", beta=0.4)
+            tr.config = RLConfig(**{**tr.config.__dict__, "policy_loss": loss})
+            with pytest.raises(ValueError, match=rf"policy_loss={loss!r} does not: use policy_loss='ppo_is'"):
+                tr.step()
+        tr = _trainer(base, priority="reward", beta=0.0, beta_final=0.5)
+        tr.config = RLConfig(**{**tr.config.__dict__, "policy_loss": "vanilla"})
+        with pytest.raises(ValueError, match="beta_final=0.5"):
+            tr.step()
+        for kw in (dict(priority="reward", beta=0.0), dict(priority="uniform", beta=0.4)):
+            tr = _trainer(base, **kw)
+            tr.config = RLConfig(**{**tr.config.__dict__, "policy_loss": "vanilla"})
+            tr.train(3)
+            assert tr.history[-1]["frac_rows_trained"] > 0
+        tr = _trainer(base, priority="reward", beta=0.4)  # ppo_is takes the weights
+        tr.train(3)
+        assert len(tr.state["replay_buffer"]) > 0

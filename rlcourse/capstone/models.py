@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -152,6 +153,9 @@ def add_lora(model, r: int = 8, alpha: int = 16, target_modules: Sequence[str] =
                          f"it has {available}")
     config = LoraConfig(r=r, lora_alpha=alpha, target_modules=list(target_modules), lora_dropout=dropout,
                         bias="none", task_type="CAUSAL_LM")
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         torch.manual_seed(seed)
+        # peft reads transformers' deprecated `is_gradient_checkpointing` property while it wraps the
+        # model (a FutureWarning under every chapter cell that adds an adapter); only that one is silenced
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return get_peft_model(model, config)

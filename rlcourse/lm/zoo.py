@@ -8,17 +8,18 @@ deterministic for a seed, so the cache is only a shortcut: deleting it rebuilds 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from huggingface_hub import utils as hub_utils
 from transformers.utils import logging as hf_logging
 
 from ..profiles import Profile, cache_dir, profile as current_profile
@@ -200,8 +201,7 @@ def cached_model(path: Path, build) -> tuple[LlamaForCausalLM, PreTrainedTokeniz
     (a task mixture, a planted error mode) cache it with this under :func:`rlcourse.cache_dir`, with a
     hash of their recipe in ``path``. Loading and saving show no progress bar (0.6M parameters).
     """
-    hf_logging.disable_progress_bar()
-    try:
+    with no_progress_bars():
         if (path / "model.safetensors").exists():
             return LlamaForCausalLM.from_pretrained(path).eval(), PreTrainedTokenizerFast.from_pretrained(path)
         model, tokenizer = build()
@@ -213,7 +213,25 @@ def cached_model(path: Path, build) -> tuple[LlamaForCausalLM, PreTrainedTokeniz
         except OSError:  # another process finished first; keep its copy
             shutil.rmtree(tmp, ignore_errors=True)
         return model.eval(), tokenizer
+
+
+@contextlib.contextmanager
+def no_progress_bars():
+    """transformers' and huggingface_hub's progress bars off inside the block, and afterwards as they
+    were: a bar that was off (``HF_HUB_DISABLE_PROGRESS_BARS=1``, or a caller's choice) is not switched
+    on, so the hub does not warn that its environment variable has priority."""
+    transformers_on = hf_logging.is_progress_bar_enabled()
+    hub_on = not hub_utils.are_progress_bars_disabled()
+    if transformers_on:
+        hf_logging.disable_progress_bar()  # both
+    elif hub_on:
+        hub_utils.disable_progress_bars()
+    try:
+        yield
     finally:
-        with warnings.catch_warnings():  # with HF_HUB_DISABLE_PROGRESS_BARS=1 set, enabling warns (and stays off)
-            warnings.simplefilter("ignore", UserWarning)
-            hf_logging.enable_progress_bar()
+        if transformers_on:
+            hf_logging.enable_progress_bar()  # both; a hub whose bars were off goes back off
+            if not hub_on:
+                hub_utils.disable_progress_bars()
+        elif hub_on:
+            hub_utils.enable_progress_bars()

@@ -53,7 +53,8 @@ def compute_behaviour_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor
                               response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
                               clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
                               behaviour_logprob: torch.Tensor | None = None, is_level: str = "token",
-                              is_cap: float | None = None, **agg_kwargs):
+                              is_cap: float | None = None, global_tokens: float | None = None,
+                              global_seqs: float | None = None, max_len: int | None = None):
     """PPO-clip on rollouts drawn from a behaviour distribution ``mu``, corrected by ``w = pi_old / mu``
     (:func:`behaviour_weights`): the ``"vanilla"`` loss with advantages ``w * A`` (for ``w >= 0``
     weighting the advantage and weighting the clipped surrogate are the same). Without
@@ -66,6 +67,7 @@ def compute_behaviour_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor
     response_mask       ``(B,T)``
     behaviour_logprob   ``(B,T)``  ``log mu(y_t)`` of the drawn tokens, or None
     is_level, is_cap               see :func:`behaviour_weights`
+    global_tokens, ...             the aggregation's global denominators, as in ``"vanilla"``
     returns                        ``(loss, metrics)``: the vanilla metrics plus
                                    ``behaviour_is_weight`` (mean w) and ``behaviour_is_weight_max``
     ==================  =========  =================================================
@@ -78,7 +80,8 @@ def compute_behaviour_is_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor
         behaviour_weights(old_log_prob, old_log_prob, response_mask, is_level, is_cap)  # the same errors
     loss, metrics = compute_policy_loss(old_log_prob, log_prob, advantages * w, response_mask,
                                         clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high,
-                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, **agg_kwargs)
+                                        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
+                                        global_tokens=global_tokens, global_seqs=global_seqs, max_len=max_len)
     metrics = dict(metrics)
     metrics["behaviour_is_weight"] = float(masked_mean(w, response_mask))
     metrics["behaviour_is_weight_max"] = float((w * response_mask).max())

@@ -35,7 +35,7 @@ from ..profiles import Profile, one_torch_thread
 from ..rollout import register_sampler
 from ..lm.sampling import sample
 from .behaviour_is import behaviour_is_alias
-from ..tasks import Addition, Example, register_task
+from ..tasks import Addition, register_task
 
 PAPER = ("Too Correct to Learn: Reinforcement Learning on Saturated Reasoning Data, Z. Liang, Y. Zhou, S. Lu, "
          "X. Zhang, H. Mi, D. Yu (2026, arXiv:2604.18493)")

@@ -60,7 +60,9 @@ def ppo_effective_weight(rho: np.ndarray | float, advantage_sign: np.ndarray | f
 @register_policy_loss("gipo")
 def compute_gipo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                       response_mask: torch.Tensor, sigma: float = 1.0, sigma_neg: float | None = 0.5,
-                      loss_agg_mode: str = "token-mean", **agg_kwargs):
+                      loss_agg_mode: str = "token-mean", *,
+                      global_tokens: float | None = None, global_seqs: float | None = None,
+                      max_len: int | None = None):
     """GIPO's policy loss per token, ``-w(rho) rho A`` with ``w`` detached, aggregated by
     ``loss_agg_mode``.
 
@@ -89,7 +91,8 @@ def compute_gipo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
     width = torch.full_like(log_ratio, float(sigma)) if sigma_neg is None else \
         torch.where(adv > 0, torch.full_like(log_ratio, float(sigma)), torch.full_like(log_ratio, sigma * sigma_neg))
     w = gaussian_trust_weight(log_ratio.detach(), width)
-    loss = agg_loss(-adv * w * ratio, response_mask, loss_agg_mode, **agg_kwargs)
+    loss = agg_loss(-adv * w * ratio, response_mask, loss_agg_mode, global_tokens=global_tokens,
+                    global_seqs=global_seqs, max_len=max_len)
     with torch.no_grad():
         metrics = {
             "pg_clipfrac": float(masked_mean((w * ratio < 0.01).float(), response_mask)),

@@ -293,7 +293,7 @@ def _with_extras(batch, coef: torch.Tensor, phi: torch.Tensor, cached: bool):
 def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, pool, task, reward, step,
                  base: str = "policy", window: int = 8, s_neg: float = 0.1, threshold: float = 0.0,
                  window_mode: str = "strict", warmup: int | None = None, variance_normalization: bool = True,
-                 verdict_reward: str | None = None):
+                 verdict_reward: str | None = None, base_kwargs: dict | None = None):
     """PIPO's sampler: the base sampler's fresh batch ``B_t``, scored once with the loop's reward, then
     (from the warm-up on, with ``policy_loss="pipo"``) the cached previous batch ``B_{t-1}`` appended
     with its stored scores and behaviour log-probs and the extras of :func:`compute_pipo_loss`.
@@ -321,7 +321,8 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
 
     ``verdict_reward`` (a registered reward name, e.g. ``"task"``) computes ``mu_t`` with another reward
     than the one the advantages use: with the clean verifier under a noisy training reward, it is the
-    oracle verdict of the chapter's positive control.
+    oracle verdict of the chapter's positive control. ``base_kwargs`` configures the base sampler (e.g.
+    ``{"lag": 2}`` for ``base="multiturn"``); a keyword it does not take is a ValueError.
 
     The returned batch names every row's example in ``batch.examples`` (the cached rows keep the
     examples they were sampled for). The loop's ``reward`` metric averages over the cached rows too
@@ -329,7 +330,7 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     state sees the cached rows (group-wise estimators do not: the cached rows keep their own groups).
     """
     from ..distributed import current
-    from ..train import call_with_supported
+    from ..parts import call_sampler
 
     if current().world_size > 1:
         raise ValueError("the pipo sampler keeps a batch-level window (mu_t of the whole batch); run it in one process")
@@ -338,9 +339,9 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     base_fn = get_sampler(base)
     if base_fn is pipo_sampler:
         raise ValueError("the pipo sampler's base cannot be 'pipo' itself")
-    fresh = call_with_supported(base_fn, model=model, tokenizer=tokenizer, prompts=prompts, config=config,
-                                generator=generator, state=state, examples=examples, pool=pool, task=task,
-                                reward=reward, step=step)
+    fresh = call_sampler(base_fn, dict(model=model, tokenizer=tokenizer, prompts=prompts, config=config,
+                                       generator=generator, state=state, examples=examples, pool=pool, task=task,
+                                       reward=reward, step=step), base_kwargs or {}, "the pipo sampler's base_kwargs")
     n_fresh_prompts = len(examples)
     per_row = fresh.examples if fresh.examples is not None else [examples[int(i)] for i in fresh.index]
     scores = fresh.scores if fresh.scores is not None else reward(fresh, per_row, task, state)

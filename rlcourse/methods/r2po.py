@@ -35,7 +35,6 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..claims import Claim, Verdict, evaluate
 from ..losses import register_policy_loss

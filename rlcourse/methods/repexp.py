@@ -347,7 +347,7 @@ def repexp_sampler(model, tokenizer, prompts, config, generator, state, examples
                    base: str = "policy", beta: float = 0.01, lam: float = 0.01, dim: int = 16,
                    kind: str = "leverage", normalization: str = "none", center: bool = True,
                    randomize_projection: bool = True, off_if_none_correct: bool = True,
-                   features: str = "hidden") -> RolloutBatch:
+                   features: str = "hidden", base_kwargs: dict | None = None) -> RolloutBatch:
     """RepExp's RL reward as a sampler: the base sampler's batch, each row scored with the loop's
     reward plus ``beta`` times its elliptical bonus within its group (its prompt's ``G`` samples):
 
@@ -361,12 +361,13 @@ def repexp_sampler(model, tokenizer, prompts, config, generator, state, examples
     and no bonus in a group where no row has a positive reward (``off_if_none_correct``). The scores go
     in ``batch.scores``, so any registered estimator and loss use them.
     ``features="planted"`` (task ``repexp_divisor`` only) replaces the hidden states by the one-hot of
-    the response's mode, the chapter's positive control.
+    the response's mode, the chapter's positive control. ``base_kwargs`` configures the base sampler;
+    a keyword it does not take is a ValueError.
 
     Metrics logged with the step: ``repexp_task_reward`` (mean of the loop's reward, before the bonus),
     ``repexp_bonus`` (mean raw bonus) and ``repexp_bonus_on`` (share of groups with the bonus on).
     """
-    from ..train import call_with_supported
+    from ..parts import call_sampler
 
     G = config.num_generations
     if G < 2:
@@ -383,9 +384,9 @@ def repexp_sampler(model, tokenizer, prompts, config, generator, state, examples
     base_fn = get_sampler(base)
     if base_fn is repexp_sampler:
         raise ValueError("the repexp sampler's base cannot be 'repexp' itself")
-    batch = call_with_supported(base_fn, model=model, tokenizer=tokenizer, prompts=prompts, config=config,
-                                generator=generator, state=state, examples=examples, pool=pool, task=task,
-                                reward=reward, step=step)
+    batch = call_sampler(base_fn, dict(model=model, tokenizer=tokenizer, prompts=prompts, config=config,
+                                       generator=generator, state=state, examples=examples, pool=pool, task=task,
+                                       reward=reward, step=step), base_kwargs or {}, "the repexp sampler's base_kwargs")
     per_row = batch.examples if batch.examples is not None else [examples[int(i)] for i in batch.index]
     scores = batch.scores if batch.scores is not None else reward(batch, per_row, task, state)
     scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)

@@ -342,11 +342,11 @@ def sequence_kl(model, ref_model, tokenizer, prompts: list[str], max_new_tokens:
 
 def sft_run(model, tokenizer, examples: list[Example], steps: int, batch_size: int, lr: float, seed: int,
             eval_at: list[int], evaluate) -> list[dict]:
-    """:func:`rlcourse.train.sft` for ``steps`` steps, split at ``eval_at`` with one AdamW carried
+    """:func:`rlcourse.supervised.sft` for ``steps`` steps, split at ``eval_at`` with one AdamW carried
     through (so the pieces are one run), calling ``evaluate(model)`` at each step in ``eval_at``
     (0 = before training). Each piece draws its batches with seed ``1000 * seed + k`` (k = the piece).
     Returns those results."""
-    from ..train import sft
+    from ..supervised import sft
 
     out = [evaluate(model)] if 0 in eval_at else []
     if steps <= 0 or not examples:

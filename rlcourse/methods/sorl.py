@@ -199,20 +199,24 @@ compute_turn_ppo_loss.zero_at_zero_advantage = True
 @register_policy_loss("turn_ppo")
 def turn_ppo_loss(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low: float = 0.2,
                   clip_ratio_high: float = 0.2, turn_index: torch.Tensor | None = None, level: str = "turn",
-                  normalizer: str = "none", norm_coef: float = 1.0, loss_agg_mode: str = "token-mean", **agg):
+                  normalizer: str = "none", norm_coef: float = 1.0, loss_agg_mode: str = "token-mean", *,
+                  global_tokens: float | None = None, global_seqs: float | None = None, max_len: int | None = None):
     """Turn-level PPO: :func:`compute_turn_ppo_loss` with no normaliser by default."""
     return compute_turn_ppo_loss(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low, clip_ratio_high,
-                                 turn_index, level, normalizer, norm_coef, loss_agg_mode, **agg)
+                                 turn_index, level, normalizer, norm_coef, loss_agg_mode,
+                                 global_tokens=global_tokens, global_seqs=global_seqs, max_len=max_len)
 
 
 @register_policy_loss("sorl")
 def sorl_loss(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low: float = 0.2,
               clip_ratio_high: float = 0.2, turn_index: torch.Tensor | None = None, level: str = "turn",
-              normalizer: str = "bias", norm_coef: float = 1.0, loss_agg_mode: str = "token-mean", **agg):
+              normalizer: str = "bias", norm_coef: float = 1.0, loss_agg_mode: str = "token-mean", *,
+              global_tokens: float | None = None, global_seqs: float | None = None, max_len: int | None = None):
     """SO-PPO / SO-GRPO's policy loss: :func:`compute_turn_ppo_loss` with the turn ratio and the
     (reconstructed) ``"bias"`` normaliser by default; ``normalizer="mass"`` is the other candidate."""
     return compute_turn_ppo_loss(old_log_prob, log_prob, advantages, response_mask, clip_ratio_low, clip_ratio_high,
-                                 turn_index, level, normalizer, norm_coef, loss_agg_mode, **agg)
+                                 turn_index, level, normalizer, norm_coef, loss_agg_mode,
+                                 global_tokens=global_tokens, global_seqs=global_seqs, max_len=max_len)
 
 
 turn_ppo_loss.zero_at_zero_advantage = sorl_loss.zero_at_zero_advantage = True

@@ -3,7 +3,7 @@
 A reward is ``fn(batch, examples, task, state) -> (B,) float tensor``, one score per row of the
 rollout batch; ``examples[i]`` is the example row ``i`` answered. The default, ``"task"``, is the
 task's own verifier. A reward may also name ``model``, ``tokenizer``, ``ref_model`` or ``step``
-(keyword parameters): the loop then passes its current ones (:func:`rlcourse.train.bind_reward`), and
+(keyword parameters): the loop then passes its current ones (:func:`rlcourse.parts.bind_reward`), and
 ``RLConfig.reward_kwargs`` reach the reward's other keyword parameters.
 """
 from __future__ import annotations

@@ -1,0 +1,408 @@
+"""KL control on a softmax bandit: the KL estimators' exact moments, the KL-regularised optimum,
+training with the KL term in the reward or in the loss, and the experiments of the chapter *KL
+control* (:func:`run_kl_experiment` on the bandit, :func:`run_kl_beta_sweep_lm` on the tiny language
+model), with their claims. The four estimators are those of :func:`rlcourse.losses.kl_penalty`.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from ..claims import Claim, evaluate
+from ..losses import kl_penalty
+from ..profiles import Profile, one_torch_thread, profile as current_profile
+from .exact import DTYPE, _logits, _means, batch_baselines, expected_reward
+
+KL_PLACEMENTS = ("k1-reward", "k1-loss", "k2-loss", "k3-loss", "k3+-loss")
+
+
+# ---------------------------------------------------------------------------- KL
+def kl_categorical(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """:math:`\\mathrm{KL}(p\\,\\|\\,q) = \\sum_a p_a(\\log p_a - \\log q_a)` over the last dimension.
+
+    ======= =========== ==============================
+    logp    ``(...,K)`` normalised log-probs of p
+    logq    ``(...,K)`` normalised log-probs of q
+    returns ``(...)``   the KL divergence
+    ======= =========== ==============================
+    """
+    if logp.shape != logq.shape:
+        raise ValueError(f"shape mismatch: logp {tuple(logp.shape)}, logq {tuple(logq.shape)}")
+    return (logp.exp() * (logp - logq)).sum(-1)
+
+
+def kl_estimator_moments(logp: torch.Tensor, logref: torch.Tensor) -> dict:
+    """Exact mean and variance under :math:`a \\sim \\pi` of the per-sample KL estimators of
+    :func:`rlcourse.losses.kl_penalty` (k1, k2, k3), by enumeration.
+
+    ======= ======== =====================================
+    logp    ``(K,)`` log pi (normalised)
+    logref  ``(K,)`` log pi_ref (normalised)
+    returns          dict kind -> (mean, variance), floats, for k1, k2, k3 and
+                     ``k3_unclamped`` (k3 without the clamp at 10); plus ``"kl"``: the exact KL(pi || ref)
+    ======= ======== =====================================
+    """
+    logp, logref = _logits(logp, "logp"), _logits(logref, "logref")
+    if logp.shape != logref.shape:
+        raise ValueError(f"shape mismatch: logp {tuple(logp.shape)}, logref {tuple(logref.shape)}")
+    p = logp.exp()
+    out = {"kl": float(kl_categorical(logp, logref))}
+    delta = logp - logref
+    values = {kind: kl_penalty(logp, logref, kind).to(DTYPE) for kind in ("k1", "k2", "k3")}
+    values["k3_unclamped"] = torch.exp(-delta) + delta - 1  # kl_penalty clamps k3 at 10, as verl does
+    for kind, v in values.items():
+        mean = (p * v).sum()
+        out[kind] = (float(mean), float((p * (v - mean) ** 2).sum()))
+    return out
+
+
+def kl_regularised_optimum(logref: torch.Tensor, means: torch.Tensor, beta: float) -> torch.Tensor:
+    """Log-probs of :math:`\\pi^*_\\beta \\propto \\pi_{\\text{ref}}\\exp(\\bar r/\\beta)`, the
+    maximiser of :math:`\\mathbb{E}_\\pi[\\bar r] - \\beta\\,\\mathrm{KL}(\\pi\\,\\|\\,\\pi_{\\text{ref}})`.
+
+    ======= ======== =====================================
+    logref  ``(K,)`` log pi_ref
+    means   ``(K,)`` mean reward of each arm
+    beta    float    KL coefficient, > 0
+    returns ``(K,)`` log pi*_beta
+    ======= ======== =====================================
+    """
+    logref = _logits(logref, "logref")
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    return torch.log_softmax(logref + _means(means, logref.shape[0]) / beta, -1)
+
+
+def regularised_objective(theta: torch.Tensor, logref: torch.Tensor, means: torch.Tensor, beta: float,
+                          direction: str = "reverse") -> torch.Tensor:
+    """:math:`J(\\theta) - \\beta\\,\\mathrm{KL}`, with the reverse KL(pi || ref) (``"reverse"``, what
+    RLHF penalises) or the forward KL(ref || pi) (``"forward"``, what k3's gradient descends).
+    Differentiable in ``theta`` ``(K,)``; returns a scalar."""
+    theta = _logits(theta)
+    logp = torch.log_softmax(theta, -1)
+    if direction == "reverse":
+        kl = kl_categorical(logp, logref)
+    elif direction == "forward":
+        kl = kl_categorical(logref, logp)
+    else:
+        raise ValueError(f"direction must be 'reverse' or 'forward', got {direction!r}")
+    return expected_reward(theta, means) - beta * kl
+
+
+@one_torch_thread()
+def exact_ascent(objective, theta0: torch.Tensor, steps: int = 5000, lr: float = 1.0) -> torch.Tensor:
+    """Plain gradient ascent on the logits with the exact gradient of ``objective(theta)``
+    (autograd); returns the final logits ``(K,)``."""
+    theta = _logits(theta0).detach().clone().requires_grad_()
+    for _ in range(steps):
+        (g,) = torch.autograd.grad(objective(theta), theta)
+        with torch.no_grad():
+            theta += lr * g
+    return theta.detach()
+
+
+@one_torch_thread()
+def expected_loss_ascent(logref: torch.Tensor, means: torch.Tensor, beta: float, kind: str, steps: int = 5000,
+                         lr: float = 2.0) -> torch.Tensor:
+    """The mean-field dynamics of a KL *loss*: gradient ascent on the logits along the exact expected
+    update :math:`\\nabla J - \\beta \\sum_a \\pi(a)\\nabla k(a)` (samples held fixed, as autograd sees
+    a loss), with ``k`` from :func:`~rlcourse.losses.kl_penalty` (clamps included). Starts at the
+    reference; returns the final logits ``(K,)``, a fixed point when converged."""
+    logref = _logits(logref, "logref")
+    m = _means(means, logref.shape[0])
+    theta = logref.detach().clone().requires_grad_()
+    for _ in range(steps):
+        lp = torch.log_softmax(theta, -1)
+        obj = (lp.exp() * m).sum() - beta * (lp.exp().detach() * kl_penalty(lp, logref, kind).to(DTYPE)).sum()
+        (g,) = torch.autograd.grad(obj, theta)
+        with torch.no_grad():
+            theta += lr * g
+    return theta.detach()
+
+
+def _gather(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    return x.gather(-1, idx)
+
+
+@one_torch_thread()
+def train_kl_bandit(means: torch.Tensor, logref: torch.Tensor, beta: float, placement: str, steps: int, batch: int,
+                    lr: float, runs: int, seed: int = 0) -> dict:
+    """KL-regularised REINFORCE on a softmax bandit (Bernoulli rewards), starting at the reference,
+    ``runs`` independent runs at once (one generator seeded with ``seed``), with the KL term placed
+    as ``placement``:
+
+    * ``k1-reward``: the per-sample reward becomes :math:`r - \\beta\\,k_1` with :math:`k_1` detached
+      (as ``RLConfig(kl_in_reward=True)`` does), and enters the advantage;
+    * ``kX-loss``: :math:`\\beta\\,\\mathrm{mean}(k_X)` (from :func:`~rlcourse.losses.kl_penalty`, with
+      gradient) is added to the policy-gradient loss, for ``k1``, ``k2``, ``k3``, ``k3+``.
+
+    The advantage uses the leave-one-out baseline. SGD on the logits with step ``lr``.
+
+    ======== ======== ==========================================================
+    means    ``(K,)`` mean reward of each arm
+    logref   ``(K,)`` log pi_ref (also the initial logits)
+    returns           dict: ``J`` and ``KL`` ``(R, steps+1)`` exact reward and KL(pi || ref) along
+                      each run; ``logp`` ``(R, K)`` final log-probs
+    ======== ======== ==========================================================
+    """
+    if placement not in KL_PLACEMENTS:
+        raise ValueError(f"unknown KL placement {placement!r}; choose one of {KL_PLACEMENTS}")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta}")
+    logref = _logits(logref, "logref")
+    K = logref.shape[0]
+    m = _means(means, K)
+    R = runs
+    gen = torch.Generator().manual_seed(int(seed))
+    theta = logref.unsqueeze(0).repeat(R, 1).requires_grad_()
+    J = torch.zeros(R, steps + 1, dtype=DTYPE)
+    KL = torch.zeros(R, steps + 1, dtype=DTYPE)
+    kind = placement.split("-")[0]
+    for t in range(steps + 1):
+        logp_all = torch.log_softmax(theta, -1)
+        with torch.no_grad():
+            J[:, t] = (logp_all.exp() * m).sum(-1)
+            KL[:, t] = kl_categorical(logp_all, logref.expand_as(logp_all))
+        if t == steps:
+            break
+        with torch.no_grad():
+            pi = logp_all.exp()
+            acts = torch.multinomial(pi, batch, replacement=True, generator=gen)
+            u = torch.rand(R, batch, dtype=DTYPE, generator=gen)
+            r = (u < m[acts]).to(DTYPE)
+        logp = _gather(logp_all, acts)  # (R, N), with gradient
+        lref = logref[acts]
+        if placement == "k1-reward":
+            shaped = r - beta * kl_penalty(logp.detach(), lref, "k1")
+            adv = shaped - batch_baselines(shaped, "loo")
+            loss = -(adv * logp).mean(-1)
+        else:
+            adv = r - batch_baselines(r, "loo")
+            loss = -(adv * logp).mean(-1) + beta * kl_penalty(logp, lref, kind).mean(-1)
+        (grad,) = torch.autograd.grad(loss.sum(), theta)  # runs are independent: the sum separates
+        with torch.no_grad():
+            theta -= lr * grad
+    return {"J": J, "KL": KL, "logp": torch.log_softmax(theta.detach(), -1)}
+
+
+def kl_bandit(K: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bandit of the KL experiment: Bernoulli arms with means evenly spaced in [0.1, 0.9],
+    and a reference policy that prefers the worse arms (log-probs ``log_softmax(linspace(1, -1))``).
+    Returns (means, logref)."""
+    means = torch.linspace(0.1, 0.9, K, dtype=DTYPE)
+    logref = torch.log_softmax(torch.linspace(1.0, -1.0, K, dtype=DTYPE), -1)
+    return means, logref
+
+
+def run_kl_experiment(prof: Profile | None = None) -> dict:
+    """Chapter *KL control*: KL-regularised REINFORCE on :func:`kl_bandit` for several ``beta`` and
+    every placement of the KL term (:data:`KL_PLACEMENTS`), several runs, compared with the closed
+    form :math:`\\pi^*_\\beta \\propto \\pi_{\\text{ref}} e^{\\bar r/\\beta}` and (for k3 in the loss)
+    with the maximiser of :math:`J - \\beta\\,\\mathrm{KL}(\\pi_{\\text{ref}}\\,\\|\\,\\pi)`.
+
+    Returns a dict: ``betas``, ``placements``, ``steps``, ``batch``, ``lr``, ``runs``;
+    ``J[p][i]``, ``KL[p][i]`` final exact reward and KL(pi||ref) (mean over runs and the last
+    10% of steps) for placement p and beta i; ``curves_J[p][i]``, ``curves_KL[p][i]`` ``(steps+1,)``
+    mean over runs; ``dist_opt[p][i]`` mean KL(pi_final || pi*_beta); ``dist_fwd[p][i]`` mean
+    KL(pi_final || forward-KL optimum); ``opt_J[i]``, ``opt_KL[i]``, ``fwd_J[i]``, ``fwd_KL[i]``
+    (the two optima); ``k3_fixed_J[i]``, ``k3_fixed_KL[i]`` (the fixed point of k3-in-the-loss's
+    exact expected update *with* the clamp of :func:`~rlcourse.losses.kl_penalty`, from
+    :func:`expected_loss_ascent`) and ``dist_k3_fixed[i]`` (mean KL from the k3 runs to it);
+    ``frontier`` (J, KL of pi*_beta on a fine grid of beta); ``seconds``.
+    """
+    prof = prof or current_profile()
+    t0 = time.perf_counter()
+    steps = prof.pick(smoke=40, book=1500, full=4000)
+    runs = max(prof.toy_seeds, prof.pick(smoke=2, book=8, full=32))  # every run is one replicate (seed)
+    betas = prof.pick(smoke=[0.1, 0.5], book=[0.05, 0.1, 0.2, 0.5], full=[0.02, 0.05, 0.1, 0.2, 0.5, 1.0])
+    batch, lr = 16, 0.5
+    means, logref = kl_bandit()
+    tail = max(1, steps // 10)
+    out = {"betas": list(betas), "placements": list(KL_PLACEMENTS), "steps": steps, "batch": batch, "lr": lr,
+           "runs": runs, "ref_J": float((logref.exp() * means).sum()), "best": float(means.max())}
+    for key in ("J", "KL", "curves_J", "curves_KL", "dist_opt", "dist_fwd", "J_runs", "KL_runs", "dist_opt_runs",
+                "dist_fwd_runs"):
+        out[key] = {p: [] for p in KL_PLACEMENTS}
+    out.update({"opt_J": [], "opt_KL": [], "fwd_J": [], "fwd_KL": [], "k3_fixed_J": [], "k3_fixed_KL": [],
+                "dist_k3_fixed": []})
+    with one_torch_thread():
+        fwd, k3_fixed = [], []
+        for beta in betas:
+            lo = kl_regularised_optimum(logref, means, beta)
+            out["opt_J"].append(float((lo.exp() * means).sum()))
+            out["opt_KL"].append(float(kl_categorical(lo, logref)))
+            th = exact_ascent(lambda th: regularised_objective(th, logref, means, beta, "forward"), logref,
+                              steps=2500, lr=2.0)
+            lf = torch.log_softmax(th, -1)
+            fwd.append(lf)
+            out["fwd_J"].append(float((lf.exp() * means).sum()))
+            out["fwd_KL"].append(float(kl_categorical(lf, logref)))
+            lc = torch.log_softmax(expected_loss_ascent(logref, means, beta, "k3", steps=2500, lr=2.0), -1)
+            k3_fixed.append(lc)
+            out["k3_fixed_J"].append(float((lc.exp() * means).sum()))
+            out["k3_fixed_KL"].append(float(kl_categorical(lc, logref)))
+        for p in KL_PLACEMENTS:
+            for i, beta in enumerate(betas):
+                res = train_kl_bandit(means, logref, beta, p, steps, batch, lr, runs, seed=i)
+                out["J"][p].append(float(res["J"][:, -tail:].mean()))
+                out["KL"][p].append(float(res["KL"][:, -tail:].mean()))
+                out["J_runs"][p].append(res["J"][:, -tail:].mean(1).numpy())
+                out["KL_runs"][p].append(res["KL"][:, -tail:].mean(1).numpy())
+                out["curves_J"][p].append(res["J"].mean(0).numpy())
+                out["curves_KL"][p].append(res["KL"].mean(0).numpy())
+                lo = kl_regularised_optimum(logref, means, beta).expand_as(res["logp"])
+                d_opt = kl_categorical(res["logp"], lo)
+                d_fwd = kl_categorical(res["logp"], fwd[i].expand_as(res["logp"]))
+                out["dist_opt"][p].append(float(d_opt.mean()))
+                out["dist_fwd"][p].append(float(d_fwd.mean()))
+                out["dist_opt_runs"][p].append(d_opt.numpy())
+                out["dist_fwd_runs"][p].append(d_fwd.numpy())
+                if p == "k3-loss":
+                    out["dist_k3_fixed"].append(
+                        float(kl_categorical(res["logp"], k3_fixed[i].expand_as(res["logp"])).mean()))
+    grid = np.geomspace(0.001, 10.0, 200)
+    front = [kl_regularised_optimum(logref, means, float(b)) for b in grid]
+    out["frontier"] = {"beta": grid, "J": np.array([float((f.exp() * means).sum()) for f in front]),
+                       "KL": np.array([float(kl_categorical(f, logref)) for f in front])}
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def frontier_reward(E: dict, kl) -> np.ndarray:
+    """The reward of the closed-form optimum :math:`\\pi^*_\\beta` whose KL to the reference is ``kl``
+    (interpolated on ``E["frontier"]``): the most reward any policy can have at that KL."""
+    order = np.argsort(E["frontier"]["KL"])
+    return np.interp(kl, E["frontier"]["KL"][order], E["frontier"]["J"][order])
+
+
+_KL_SETTING = ("8-armed Bernoulli bandit (means 0.1..0.9, reference favouring the worse arms), REINFORCE with a "
+               "leave-one-out baseline, SGD on the logits, batches of 16, 1500 steps; one seed = one run, the "
+               "placements of a beta on the same random numbers; end point = mean of the last 10% of steps")
+KL_CLAIMS = {
+    "k2_vs_k3": Claim(
+        key="kl_control/k2-reaches-optimum",
+        paper="verl PR #2953; OpenRLHF PRs #1101, #1309 (gradients of the KL estimators)",
+        statement="k2 (and k3+) in the loss has the gradient of KL(pi || ref), so training ends at the "
+                  "regularised optimum pi* ~ ref exp(r / beta); k3 in the loss does not",
+        source="the pull requests' derivations; this chapter's proposition on expected gradients",
+        setting=_KL_SETTING + "; beta = 0.2",
+        metric="KL(pi_final || pi*_beta), per run", method="k2 in the loss", baseline="k3 in the loss",
+        kind="less", margin=0.0, unit="{:.4f}"),
+    "k3_forward": Claim(
+        key="kl_control/k3-forward-optimum",
+        paper="verl PR #2953; OpenRLHF PRs #1101, #1309 (gradients of the KL estimators)",
+        statement="k3 in the loss has the expected gradient of the forward KL(ref || pi), so it ends nearer "
+                  "the forward-KL optimum than the reverse-KL one",
+        source="the pull requests' derivations; this chapter's proposition on expected gradients",
+        setting=_KL_SETTING + "; beta = 0.2",
+        metric="KL from k3's final policy to the forward-KL optimum, per run",
+        method="distance to the forward-KL optimum", baseline="distance to pi*_beta",
+        kind="less", margin=0.0, unit="{:.4f}"),
+    "k3_frontier": Claim(
+        key="kl_control/k3-inside-frontier",
+        paper="verl PR #2953; OpenRLHF PRs #1101, #1309 (gradients of the KL estimators)",
+        statement="optimising the wrong divergence (k3 in the loss) ends off the reward-KL frontier of "
+                  "KL(pi || ref): the same reverse KL could have bought more reward",
+        source="consequence of the forward-KL gradient and of the closed-form optimum (this chapter)",
+        setting=_KL_SETTING + "; beta = 0.1",
+        metric="expected reward of the final policy, per run",
+        method="k3 in the loss", baseline="frontier reward at the same KL", kind="less", margin=0.0),
+    "tradeoff": Claim(
+        key="kl_control/beta-trades-reward-for-kl",
+        paper="Ouyang et al., Training language models to follow instructions with human feedback, 2022, arXiv:2203.02155",
+        statement="a per-token KL penalty to the SFT model in the reward keeps the policy near the SFT model; "
+                  "beta sets the trade-off",
+        source="Ouyang et al. (2022), section 3.5 (the PPO objective with the KL coefficient beta)",
+        setting=_KL_SETTING + "; k1 in the reward, largest beta against smallest",
+        metric="exact KL(pi || ref) at the end, per run",
+        method="largest beta", baseline="smallest beta", kind="less", margin=0.0),
+}
+
+
+def kl_verdicts(E: dict) -> dict:
+    """The verdicts of :data:`KL_CLAIMS` on :func:`run_kl_experiment`'s output; replicates are runs."""
+    b = E["betas"]
+    i2 = b.index(0.2) if 0.2 in b else len(b) - 1
+    i1 = b.index(0.1) if 0.1 in b else 0
+    s = E["seconds"]
+    k3_kl = E["KL_runs"]["k3-loss"][i1]
+    return {
+        "k2_vs_k3": evaluate(KL_CLAIMS["k2_vs_k3"], E["dist_opt_runs"]["k2-loss"][i2],
+                             E["dist_opt_runs"]["k3-loss"][i2], seconds=s),
+        "k3_forward": evaluate(KL_CLAIMS["k3_forward"], E["dist_fwd_runs"]["k3-loss"][i2],
+                               E["dist_opt_runs"]["k3-loss"][i2], seconds=s),
+        "k3_frontier": evaluate(KL_CLAIMS["k3_frontier"], E["J_runs"]["k3-loss"][i1], frontier_reward(E, k3_kl),
+                                seconds=s),
+        "tradeoff": evaluate(KL_CLAIMS["tradeoff"], E["KL_runs"]["k1-reward"][-1], E["KL_runs"]["k1-reward"][0],
+                             seconds=s),
+    }
+
+
+KL_LM_CLAIM = Claim(
+    key="kl_control/lm-beta-keeps-near-reference",
+    paper="Ouyang et al., Training language models to follow instructions with human feedback, 2022, arXiv:2203.02155",
+    statement="a KL penalty to the SFT model keeps the policy near the SFT model; beta sets the trade-off",
+    source="Ouyang et al. (2022), section 3.5",
+    setting="tiny Llama addition model (the lab's medium base), GRPO with the KL in the loss (the trainer's default "
+            "estimator), 8 prompts x 8 samples, 15 steps, learning rate 3e-4; KL on 64 held-out prompts x 4 samples",
+    metric="sequence-level KL to the reference after training (mean of the summed per-token k1)",
+    method="largest beta", baseline="beta = 0", kind="less", margin=0.0)
+
+
+def kl_lm_verdict(S: dict):
+    """The verdict of :data:`KL_LM_CLAIM` on :func:`run_kl_beta_sweep_lm`'s output (paired by seed)."""
+    return evaluate(KL_LM_CLAIM, S["kl"][-1], S["kl"][0], seconds=S["seconds"])
+
+
+# ---------------------------------------------------------------------------- the same trade-off on the tiny LM
+def run_kl_beta_sweep_lm(prof: Profile | None = None, betas=None) -> dict:
+    """Chapter *KL control*: GRPO with the KL in the loss (the trainer's default estimator) on the
+    tiny addition model, for several ``beta`` and ``prof.seeds`` seeds, a small budget each. After
+    training, on fresh samples of held-out prompts: the sampled accuracy (temperature 1) and the
+    sequence-level KL to the reference, the mean over samples of :math:`\\sum_t k_1`.
+
+    Returns a dict: ``betas``, ``seeds``, ``steps``; ``reward`` and ``kl`` ``(len(betas), seeds)``;
+    ``base_reward`` (the base model's sampled accuracy on the same prompts); ``seconds``.
+    """
+    from ..lm import load_base_model, response_logprobs, sample
+    from ..tasks import get_task
+    from ..train import RLConfig, Trainer
+
+    prof = prof or current_profile()
+    t0 = time.perf_counter()
+    betas = list(betas) if betas is not None else prof.pick(smoke=[0.0, 1.0], book=[0.0, 0.2, 2.0])
+    steps = prof.pick(smoke=2, book=15, full=100)
+    n_eval = prof.pick(smoke=8, book=64, full=256)
+    seeds = list(range(prof.seeds))
+    task = get_task("addition")
+    test = task.examples(n_eval, seed=4321, split="test")
+    prompts = [e.prompt for e in test]
+
+    def measure(model, ref, seed):
+        fresh = sample(model, tok, prompts, num_generations=4, max_new_tokens=10,
+                       generator=torch.Generator().manual_seed(10_000 + seed))
+        with torch.no_grad():
+            ref_lp = response_logprobs(ref, fresh.input_ids, fresh.attention_mask, fresh.response_len)
+        kl = float(((fresh.logprobs - ref_lp) * fresh.response_mask).sum(-1).mean())
+        acc = float(task.rewards(fresh.texts, [e for e in test for _ in range(4)]).mean())
+        return acc, kl
+
+    reward = np.zeros((len(betas), len(seeds)))
+    kl = np.zeros((len(betas), len(seeds)))
+    with one_torch_thread():
+        base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
+        base_reward = measure(base, base, 0)[0]
+        for i, beta in enumerate(betas):
+            for j, seed in enumerate(seeds):
+                model, tok = load_base_model("addition", "medium", prof=prof, progress=False)
+                cfg = RLConfig(beta=float(beta), num_generations=prof.pick(smoke=4, book=8), steps=steps,
+                               prompts_per_step=prof.pick(smoke=4, book=8), max_completion_length=10,
+                               learning_rate=prof.pick(smoke=1e-4, book=3e-4), progress=False, train_pool_size=512,
+                               eval_prompts=8, seed=seed)
+                tr = Trainer(model, tok, "addition", cfg)
+                tr.train()
+                reward[i, j], kl[i, j] = measure(tr.model, base, seed)
+    return {"betas": betas, "seeds": len(seeds), "steps": steps, "reward": reward, "kl": kl,
+            "base_reward": base_reward, "seconds": time.perf_counter() - t0}
