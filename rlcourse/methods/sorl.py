@@ -477,12 +477,12 @@ def claims(stalenesses) -> dict[str, Claim]:
                                  metric=f"expected return over the last fifth of training, L = {lo}",
                                  method=SO, baseline=TOKEN, kind="equivalent", margin=0.05, role="course hypothesis",
                                  **common),
-        "control-staleness": Claim(key=stale_ctrl, role="positive control", statement="(control) stale data hurt "
+        "control-staleness": Claim(key="sorl/control-staleness", role="positive control", statement="(control) stale data hurt "
                                    "token-level GRPO on this testbed, so there is a loss to recover",
                                    source="ours (a positive control)",
                                    metric=f"token-level GRPO's expected return over the last fifth, L = {lo} against L = {hi}",
                                    method=f"GRPO at L = {lo}", baseline=f"GRPO at L = {hi}", kind="greater", **common),
-        "control-collapse": Claim(key=collapse_ctrl, role="positive control", statement="(control) token-level GRPO "
+        "control-collapse": Claim(key="sorl/control-collapse", role="positive control", statement="(control) token-level GRPO "
                                   "collapses on stale data: its final return is below half its peak (relative drawdown "
                                   f"above {COLLAPSE_DRAWDOWN})", source="ours (a positive control for the collapse claim)", metric=drawdown,
                                   method=TOKEN, baseline=None, reference=0.0, margin=COLLAPSE_DRAWDOWN,

@@ -350,7 +350,7 @@ LM_CLAIMS = {
                        control=None),
     "pass-at-k": _claim("expands-solution-space", "[the method] expands the explorable solution space",
                         "held-out pass@16 after training", "Thinking Seeds", "GRPO"),
-    "control": Claim(key=CONTROL_KEY, role="positive control", paper=PAPER,
+    "control": Claim(key="thinking_seeds/control-grpo-learns", role="positive control", paper=PAPER,
                      statement="(control, not a claim of the paper) GRPO raises pass@1 over the base model",
                      source="positive control of the experiment", setting=_SETTING,
                      metric="held-out pass@1 after training", method="GRPO", baseline="base model",

@@ -386,7 +386,9 @@ def evaluate_claims(budget: dict, mix: dict | None, toy: dict) -> dict:
 
 def uniform_on(budget: dict) -> dict:
     """The shorter-traces and equal-accuracy claims evaluated with the uniform penalty in the gate's place,
-    so a reader sees how little they separate the two weights (not recorded: the method is not the paper's)."""
+    so a reader sees how little they separate the two weights. Their keys end in ``-uniform-penalty`` and
+    their role is "course hypothesis" (the method is not the paper's), so the ledger keeps them apart from
+    the paper's claims."""
     from dataclasses import replace
 
     from ..claims import evaluate
@@ -394,8 +396,10 @@ def uniform_on(budget: dict) -> dict:
     ctrl = evaluate(CLAIMS["control"], shortening(budget["control"]["length"], budget["none"]["length"]))
     uni = "uniform penalty"
     return {
-        "shorter": evaluate(replace(CLAIMS["shorter"], method=uni), shortening(budget["uniform"]["length"],
+        "shorter": evaluate(replace(CLAIMS["shorter"], method=uni, key=CLAIMS["shorter"].key + "-uniform-penalty",
+                                    role="course hypothesis"), shortening(budget["uniform"]["length"],
                                                                                budget["none"]["length"]), control=ctrl),
-        "accuracy": evaluate(replace(CLAIMS["accuracy"], method=uni), budget["uniform"]["accuracy"].mean(1),
+        "accuracy": evaluate(replace(CLAIMS["accuracy"], method=uni, key=CLAIMS["accuracy"].key + "-uniform-penalty",
+                                     role="course hypothesis"), budget["uniform"]["accuracy"].mean(1),
                              budget["none"]["accuracy"].mean(1), control=ctrl),
     }

@@ -345,7 +345,7 @@ LM_CONTROL_KEY = "compute_aligned/lm-control-aligned-differs"
 def lm_control_claim(sz: dict, lr: float) -> Claim:
     """The positive control of :func:`run_lm_control`: the comparison can register an aligned-vs-standard
     difference where the objectives differ most."""
-    return Claim(key=LM_CONTROL_KEY, role="positive control", paper=PAPER, source="this chapter",
+    return Claim(key="compute_aligned/lm-control-aligned-differs", role="positive control", paper=PAPER, source="this chapter",
                  statement=f"on hard prompts (base pass rate at most 0.25) with train-time k = evaluated k = "
                            f"{sz['k']}, pass@k-aligned training ends with a higher pass@{sz['k']} than RLOO: the LM "
                            "comparison can show a difference where the two objectives' weights differ most",

@@ -189,12 +189,12 @@ def claims(prof: Profile | None = None) -> dict[str, Claim]:
     premise = "the base model's sampled answers are more accurate after {} thinks than after {} ones"
     return {
         "control_shortcut": Claim(
-            key=CONTROL_SHORTCUT, role="positive control", statement="premise of the path proposition: a shortcut "
+            key="cot_influence/shortcut-competes", role="positive control", statement="premise of the path proposition: a shortcut "
             "competes (" + premise.format("non-digit", "all-digit") + ")", source="this chapter (prop-cir-paths)",
             metric="base model: accuracy after non-digit thinks minus after all-digit thinks (0 if a type is unsampled)",
             method="filler path", reference=0.0, kind="greater", margin=0.0, **short),
         "control_faithful": Claim(
-            key=CONTROL_FAITHFUL, role="positive control", statement="premise of the path proposition: the faithful "
+            key="cot_influence/faithful-path-wins", role="positive control", statement="premise of the path proposition: the faithful "
             "path wins (" + premise.format("all-digit", "non-digit") + ")", source="this chapter (prop-cir-paths)",
             metric="base model: accuracy after all-digit thinks minus after non-digit thinks (0 if a type is unsampled)",
             method="faithful path", reference=0.0, kind="greater", margin=0.0, **plain),

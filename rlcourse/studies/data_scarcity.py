@@ -40,7 +40,7 @@ def toy_claims(budget: int, target: float) -> dict:
     src = "ours: the survey's data-centric branch (pruning/selection, synthesis) [secondary summary], tested here"
     common = dict(paper=PAPER, setting=setting, metric=metric, kind="less", margin=0.0, unit="{:.0f}", source=src)
     control = "data_scarcity/toy-oracle-control"
-    out = {"control": Claim(key=control, role="positive control", statement="positive control: drawing prompts by "
+    out = {"control": Claim(key="data_scarcity/toy-oracle-control", role="positive control", statement="positive control: drawing prompts by "
                             "their true chance of an informative group needs fewer rollouts than uniform draws",
                             method="oracle", baseline="uniform", **common)}
     words = {"pass_filter": "filtering to 0 < p_hat < 1", "synth_easier": "the filter plus easier variants of failed prompts",

@@ -100,22 +100,21 @@ def claims(stalenesses, protocol: str = "authors") -> dict[str, Claim]:
     ls = sorted(stalenesses)
     near = ls[0] if protocol == "aggressive" or len(ls) == 1 else ls[1]
     hi = ls[-1]
-    prefix = "gipo/" if protocol == "authors" else "gipo/aggressive-"
     role = "paper claim" if protocol == "authors" else "course hypothesis"
     stated = ("GIPO achieves state-of-the-art performance among clipping-based baselines across a wide range of "
               "replay buffer sizes, from near on-policy to highly stale data")
     common = dict(paper=PAPER, source="abstract", setting=SETTING.format(protocol=PROTOCOL_WORDS[protocol]),
                   paper_number="MetaWorld/LIBERO success rates (not reproduced)")
     final = "expected reward over the last fifth of training, staleness L = {}"
-    ctrl = prefix + "staleness-hurts"
+    ctrl = f"gipo/{protocol}-protocol-staleness-hurts"  # keys name the protocol: gipo/<protocol>-protocol-<name>
 
     def claim(name, statement, L, method, baseline, role=role, control=ctrl, **kw):
         metric = kw.pop("metric", final.format(L))
-        return Claim(key=prefix + name, statement=statement, metric=metric, method=method, baseline=baseline,
+        return Claim(key=f"gipo/{protocol}-protocol-{name}", statement=statement, metric=metric, method=method, baseline=baseline,
                      kind="greater", role=role, control=control, **common, **kw)
 
     return {
-        "staleness-hurts": Claim(key=ctrl, statement="stale data lower the hard clip's return (the testbed can "
+        "staleness-hurts": Claim(key=f"gipo/{protocol}-protocol-staleness-hurts", statement="stale data lower the hard clip's return (the testbed can "
                                  "separate the methods)", metric=f"PPO-clip's final expected reward at L = {ls[0]} "
                                  f"minus at L = {hi}", method=f"PPO-clip L={ls[0]}", baseline=f"PPO-clip L={hi}",
                                  kind="greater", role="positive control", **common),
