@@ -65,6 +65,20 @@ def call_sampler(fn: Callable, loop: dict, kwargs: dict, what: str = "sampler_kw
     return call_with_supported(fn, **loop, **kwargs)
 
 
+def call_base_sampler(wrapper: str, wrapper_fn: Callable, base: str, base_kwargs: dict | None, scope: dict):
+    """The sampler that a wrapper sampler (``replay``, ``pipo``, ``repexp``) wraps, called as the loop calls
+    a sampler: the loop's arguments are read from ``scope`` (the wrapper's own parameters, which carry
+    the same names: pass ``locals()``), and ``base_kwargs`` configure the base. A wrapper cannot wrap
+    itself."""
+    from .rollout import get_sampler
+
+    base_fn = get_sampler(base)
+    if base_fn is wrapper_fn:
+        raise ValueError(f"the {wrapper} sampler's base cannot be {wrapper!r} itself")
+    loop = {name: scope[name] for name in SAMPLER_ARGUMENTS}
+    return call_sampler(base_fn, loop, base_kwargs or {}, f"the {wrapper} sampler's base_kwargs")
+
+
 def call_policy_loss(loss: Callable, agg: dict, **named):
     """Call a policy loss with the arguments its signature names. The aggregation keywords in ``agg``
     (``loss_agg_mode``, ``global_tokens``, ``global_seqs``, ``max_len``) also reach a ``**kwargs``

@@ -35,8 +35,8 @@ import torch
 
 from .losses import compute_policy_loss, get_policy_loss, register_policy_loss
 from .lm.sampling import RolloutBatch, cat_batches
-from .parts import call_sampler
-from .rollout import get_sampler, register_sampler
+from .parts import call_base_sampler
+from .rollout import register_sampler
 
 PRIORITIES = ("reward", "advantage", "uniform")
 
@@ -358,12 +358,7 @@ def replay_sampler(model, tokenizer, prompts, config, generator, state, examples
     if buf.settings() != (capacity, float(alpha), tau):
         raise ValueError(f"state['replay_buffer'] was built with (capacity, alpha, tau) = {buf.settings()}, "
                          f"not {(capacity, float(alpha), tau)}")
-    base_fn = get_sampler(base)
-    if base_fn is replay_sampler:
-        raise ValueError("the replay sampler's base cannot be 'replay' itself")
-    fresh = call_sampler(base_fn, dict(model=model, tokenizer=tokenizer, prompts=prompts, config=config,
-                                       generator=generator, state=state, examples=examples, pool=pool, task=task,
-                                       reward=reward, step=step), base_kwargs or {}, "the replay sampler's base_kwargs")
+    fresh = call_base_sampler("replay", replay_sampler, base, base_kwargs, locals())
     if {"is_weight", "age"} & set(fresh.extras):
         raise ValueError("the base sampler already records extras 'is_weight'/'age'; the replay sampler sets them")
     per_row = fresh.examples if fresh.examples is not None else [examples[int(i)] for i in fresh.index]

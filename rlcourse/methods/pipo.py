@@ -35,7 +35,7 @@ from ..losses import agg_loss, get_policy_loss, register_policy_loss
 from ..ops import check_same_shape, masked_mean
 from ..profiles import Profile, one_torch_thread
 from ..rewards import get_reward
-from ..rollout import get_sampler, register_sampler
+from ..rollout import register_sampler
 
 PAPER = ("Policy Improvement Reinforcement Learning, H. Wang, X. Li, D. Wang, H. Zhou, Z. Huang, Y. Yang, J. Li, "
          "Y. Ban (2026, arXiv:2604.00860)")
@@ -330,18 +330,13 @@ def pipo_sampler(model, tokenizer, prompts, config, generator, state, examples, 
     state sees the cached rows (group-wise estimators do not: the cached rows keep their own groups).
     """
     from ..distributed import current
-    from ..parts import call_sampler
+    from ..parts import call_base_sampler
 
     if current().world_size > 1:
         raise ValueError("the pipo sampler keeps a batch-level window (mu_t of the whole batch); run it in one process")
     ctl = PipoController(window=window, s_neg=s_neg, threshold=threshold, window_mode=window_mode, warmup=warmup,
                          variance_normalization=variance_normalization)
-    base_fn = get_sampler(base)
-    if base_fn is pipo_sampler:
-        raise ValueError("the pipo sampler's base cannot be 'pipo' itself")
-    fresh = call_sampler(base_fn, dict(model=model, tokenizer=tokenizer, prompts=prompts, config=config,
-                                       generator=generator, state=state, examples=examples, pool=pool, task=task,
-                                       reward=reward, step=step), base_kwargs or {}, "the pipo sampler's base_kwargs")
+    fresh = call_base_sampler("pipo", pipo_sampler, base, base_kwargs, locals())
     n_fresh_prompts = len(examples)
     per_row = fresh.examples if fresh.examples is not None else [examples[int(i)] for i in fresh.index]
     scores = fresh.scores if fresh.scores is not None else reward(fresh, per_row, task, state)

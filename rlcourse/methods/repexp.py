@@ -34,7 +34,7 @@ import torch
 from ..lm.model import position_ids_from_mask
 from ..lm.sampling import RolloutBatch
 from ..metrics import pass_at_k
-from ..rollout import get_sampler, register_sampler
+from ..rollout import register_sampler
 from ..tasks import Example, Score, Task, register_task
 
 STATE_KEY = "repexp"
@@ -367,7 +367,7 @@ def repexp_sampler(model, tokenizer, prompts, config, generator, state, examples
     Metrics logged with the step: ``repexp_task_reward`` (mean of the loop's reward, before the bonus),
     ``repexp_bonus`` (mean raw bonus) and ``repexp_bonus_on`` (share of groups with the bonus on).
     """
-    from ..parts import call_sampler
+    from ..parts import call_base_sampler
 
     G = config.num_generations
     if G < 2:
@@ -381,12 +381,7 @@ def repexp_sampler(model, tokenizer, prompts, config, generator, state, examples
     normalize_bonus(torch.zeros(2), normalization)  # an unknown mode fails before sampling
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    base_fn = get_sampler(base)
-    if base_fn is repexp_sampler:
-        raise ValueError("the repexp sampler's base cannot be 'repexp' itself")
-    batch = call_sampler(base_fn, dict(model=model, tokenizer=tokenizer, prompts=prompts, config=config,
-                                       generator=generator, state=state, examples=examples, pool=pool, task=task,
-                                       reward=reward, step=step), base_kwargs or {}, "the repexp sampler's base_kwargs")
+    batch = call_base_sampler("repexp", repexp_sampler, base, base_kwargs, locals())
     per_row = batch.examples if batch.examples is not None else [examples[int(i)] for i in batch.index]
     scores = batch.scores if batch.scores is not None else reward(batch, per_row, task, state)
     scores = torch.as_tensor(scores, dtype=torch.float32).reshape(-1)
