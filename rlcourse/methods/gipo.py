@@ -124,7 +124,8 @@ def sapo_effective_weight(rho: np.ndarray | float, advantage_sign: np.ndarray | 
 @register_policy_loss("sapo")
 def compute_sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                       response_mask: torch.Tensor, tau_pos: float = 1.0, tau_neg: float = 2.0,
-                      loss_agg_mode: str = "token-mean", **agg_kwargs):
+                      loss_agg_mode: str = "token-mean", *, global_tokens: float | None = None,
+                      global_seqs: float | None = None, max_len: int | None = None):
     """SAPO's soft gate in place of the clip, per token: ``-(4 / tau) sigmoid(tau (rho - 1)) A``, with
     ``tau = tau_pos`` where ``A > 0`` and ``tau_neg`` elsewhere (1 and 2, the values in the GIPO
     authors' code, which compares against it), aggregated by ``loss_agg_mode``. Its gradient is
@@ -146,7 +147,8 @@ def compute_sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advant
     adv = advantages.detach()
     tau = torch.where(adv > 0, torch.full_like(ratio, float(tau_pos)), torch.full_like(ratio, float(tau_neg)))
     gate = torch.sigmoid(tau * (ratio - 1.0))
-    loss = agg_loss(-adv * gate * (4.0 / tau), response_mask, loss_agg_mode, **agg_kwargs)
+    loss = agg_loss(-adv * gate * (4.0 / tau), response_mask, loss_agg_mode, global_tokens=global_tokens,
+                    global_seqs=global_seqs, max_len=max_len)
     with torch.no_grad():
         f = 4.0 * ratio * gate * torch.sigmoid(-tau * (ratio - 1.0))
         metrics = {
