@@ -255,6 +255,7 @@ class BanditConfig:
 
 AUTHORS = BanditConfig()
 AGGRESSIVE = BanditConfig(actor_every=1, kl_coef=0.0, reuse_scale=False)
+#: the two update protocols of the GIPO bandit: the authors' and the aggressive ablation
 PROTOCOLS = {"authors": AUTHORS, "aggressive": AGGRESSIVE}
 
 

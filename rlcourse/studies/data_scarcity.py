@@ -21,7 +21,7 @@ from .curriculum_toy import REPLAY, rollouts_to_target, toy_run  # noqa: E402,F4
 
 def toy_experiment(prof: Profile | None = None, arms: tuple = TOY_ARMS, steps: int | None = None,
                    toy: ToyCurriculum = ToyCurriculum()) -> dict:
-    """Every arm on the same seeds at HeaPA's toy sizes (:func:`~rlcourse.methods.heapa.toy_sizes`:
+    """Every arm on the same seeds at HeaPA's toy sizes (:func:`~rlcourse.studies.heapa.toy_sizes`:
     8 prompts x 8 rollouts a step, target 0.75); ``steps`` overrides the budget."""
     from .heapa import toy_experiment as curriculum_experiment  # the same runner, random stream and summary
 
@@ -68,7 +68,7 @@ LM_ARMS = {  # name -> RLConfig overrides; every arm: the same base model, seed 
 
 
 def lm_sizes(prof: Profile) -> dict:
-    """HeaPA's tiny-LM sizes (:func:`rlcourse.methods.heapa.lm_sizes`: seed pool, 8 prompts x 8
+    """HeaPA's tiny-LM sizes (:func:`rlcourse.studies.heapa.lm_sizes`: seed pool, 8 prompts x 8
     rollouts, 36 steps in the book profile, target base accuracy + 0.10), with ``held`` halved to 32
     prompts per level so that five arms fit the chapter's time."""
     from .heapa import lm_sizes as heapa_lm_sizes

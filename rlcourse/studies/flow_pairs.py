@@ -1,7 +1,7 @@
 """The flow-pairs chapter's study: FDFO against the per-step policy gradient, on the same reward and the
 same reward-call budget, on two tasks (digits, the main one, and the 2-D ring).
 
-Two grids on the one runner (:func:`rlcourse.studies.run_study`):
+Two grids on the one runner (:func:`rlcourse.studies.runner.run_study`):
 
 1. **tuning** (``flow_pairs_tuning``): every setting of each arm (FDFO's trust region ``eps`` in {0.03 (the
    paper's), 0.3}; the policy gradient's two learning rates) on :data:`TUNING_SEEDS`, seeds no reported
