@@ -209,8 +209,8 @@ class Verdict:
             stat = f"a difference of {f(self.effect)}"
         else:
             test = " (two one-sided tests)" if c.kind == "equivalent" else ""
-            stat = (f"a difference of {f(self.effect)}, {self.interval_name()}{test} {self.interval()} over the "
-                    f"{self.seeds} paired {rep}, one-sided p = {self.p_value:.2g} at the margin {f(c.margin)}")
+            stat = (f"a difference of {f(self.effect)}, {self.interval_name()}{test} {self.interval()} of the "
+                    f"paired differences, one-sided p = {self.p_value:.2g} at the margin {f(c.margin)}")
         why = {
             "holds": "the claim holds",
             "does not hold": "the claim does not hold",

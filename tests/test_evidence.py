@@ -124,7 +124,7 @@ def test_evaluate_pairs_seeds_and_checks_input():
     v = evaluate(c, [0.8, 0.82, 0.79, 0.85, 0.81], [0.6, 0.61, 0.58, 0.62, 0.6])
     assert v.verdict == "holds" and v.seeds == 5 and v.effect == pytest.approx(0.212)
     assert v.low > 0 and v.p_value < 0.025 and v.detectable > 0
-    assert "holds" in v.sentence() and "5 paired seeds" in v.sentence() and "95% t-interval" in v.sentence()
+    assert "holds" in v.sentence() and "Over 5 seeds" in v.sentence() and "95% t-interval" in v.sentence()
     # pairing matters: a common seed effect cancels in the differences
     shared = np.array([0.0, 0.3, -0.3, 0.6, -0.6])
     v2 = evaluate(c, 0.5 + shared + 0.05 + [0.01, -0.01, 0.0, 0.02, -0.02], 0.5 + shared)
