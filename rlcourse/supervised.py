@@ -48,6 +48,7 @@ def sft(model, tokenizer, examples: Sequence[Example], steps: int, batch_size: i
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
+    opt.zero_grad(set_to_none=True)  # leave no gradient behind for the next optimiser (an RL Trainer's first step)
     model.eval()
     return losses
 
@@ -97,5 +98,6 @@ def train_reward_model(reward_model: ScalarHeadModel, tokenizer, pairs: Sequence
         loss.backward()
         opt.step()
         log.append({"loss": loss.item(), "accuracy": float((r_c > r_r).float().mean())})
+    opt.zero_grad(set_to_none=True)
     reward_model.eval()
     return log
