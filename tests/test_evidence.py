@@ -141,8 +141,8 @@ def test_evaluate_pairs_seeds_and_checks_input():
 
 def test_evaluate_enforces_the_profiles_minimum_seed_count():
     c = claim()
-    with pytest.raises(ValueError, match="needs at least 3"):
-        evaluate(c, [1.0, 1.2], [0.5, 0.4], profile="book")
+    with pytest.raises(ValueError, match="needs at least 5"):
+        evaluate(c, [1.0, 1.2, 1.1, 0.9], [0.5, 0.4, 0.6, 0.5], profile="book")
     assert evaluate(c, [1.0, 1.2], [0.5, 0.4], profile="smoke").seeds == 2
     with pytest.raises(ValueError, match="needs at least 5"):
         evaluate(c, [1.0, 1.2, 1.1], [0.5, 0.4, 0.6], min_seeds=5)
