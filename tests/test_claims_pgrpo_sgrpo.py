@@ -15,7 +15,7 @@ import rlcourse
 
 @pytest.mark.claims
 def test_pgrpo_claims_book_profile():
-    from rlcourse.methods.pgrpo import minority_mean_advantage, pgrpo_verdicts, run_pgrpo_experiment
+    from rlcourse.studies.p_grpo import minority_mean_advantage, pgrpo_verdicts, run_pgrpo_experiment
 
     res = run_pgrpo_experiment(rlcourse.profile("book"))
     v = pgrpo_verdicts(res)
