@@ -149,9 +149,9 @@ def test_evaluate_enforces_the_profiles_minimum_seed_count():
 
 
 def test_zero_variance_is_inconclusive_not_a_verdict():
-    v = evaluate(claim(kind="greater"), [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], profile="book")
+    v = evaluate(claim(kind="greater"), [0.0] * 5, [0.0] * 5, profile="book")
     assert v.verdict == "inconclusive" and "no spread" in v.sentence() and v.detectable is None
-    w = evaluate(claim(kind="less"), [0.5, 0.5, 0.5], [0.7, 0.7, 0.7], profile="book")  # deterministic arms
+    w = evaluate(claim(kind="less"), [0.5] * 5, [0.7] * 5, profile="book")  # deterministic arms
     assert w.verdict == "inconclusive"
 
 
