@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods import pipo
+from rlcourse.studies import pipo
 
 
 @pytest.fixture(scope="module")

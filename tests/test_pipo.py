@@ -10,9 +10,9 @@ import torch
 
 import rlcourse
 from rlcourse.losses import POLICY_LOSSES, compute_policy_loss
-from rlcourse.methods.pipo import (BanditConfig, PipoController, compute_pipo_loss, layback_coefficients,
-                                   layback_scale, max_drawdown, progress_signal, step_window,
-                                   telescoping_improvement, train_bandit)
+from rlcourse.methods.pipo import (PipoController, compute_pipo_loss, layback_coefficients, layback_scale,
+                                   progress_signal, step_window, telescoping_improvement)
+from rlcourse.studies.pipo import BanditConfig, max_drawdown, train_bandit
 from rlcourse.rollout import SAMPLERS
 
 
