@@ -51,7 +51,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods import repexp
+from rlcourse.studies import repexp
 
 
 @pytest.fixture(scope="module")

@@ -303,7 +303,7 @@ def test_rl_verdicts_rest_on_the_planted_control():
     """Made-up per-seed numbers: pass@32 and distinct modes are 'uninformative' when the planted control
     did not hold, ordinary verdicts when it did; pass@1 is a course hypothesis with no control."""
     import numpy as np
-    from rlcourse.methods import repexp
+    from rlcourse.studies import repexp
 
     def fake(planted_gain):
         g = np.array([1.00, 1.05, 0.95])
