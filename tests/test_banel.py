@@ -13,6 +13,7 @@ from scipy import stats
 import rlcourse
 from rlcourse.advantages import get_estimator
 from rlcourse.methods import banel as B
+from rlcourse.studies import banel as S
 from rlcourse.profiles import one_torch_thread
 from rlcourse.train import RLConfig, Trainer
 
@@ -24,13 +25,13 @@ def toy_prior(seed=0):
     rng = np.random.default_rng(seed)
     first = rng.dirichlet(np.ones(V))
     trans = rng.dirichlet(np.ones(V), size=V)
-    xs = B.all_sequences(V, L)
+    xs = S.all_sequences(V, L)
     p = first[xs[:, 0]] * trans[xs[:, 0], xs[:, 1]] * trans[xs[:, 1], xs[:, 2]]
     return xs, p
 
 
 def test_all_sequences_enumerates_in_order():
-    xs = B.all_sequences(V, L)
+    xs = S.all_sequences(V, L)
     assert xs.shape == (125, 3)
     assert [tuple(r) for r in xs] == list(itertools.product(range(V), repeat=L))
     _, p = toy_prior()
@@ -121,7 +122,7 @@ def test_toy_search_oracle_and_banel_find_more_than_random():
     success[np.argsort(p)[:2]] = True  # the two least likely sequences
     found = {}
     for method in ("random", "banel", "oracle"):
-        found[method] = np.mean([B.toy_search(p, success, 300, 20, 1.0, 5.0, np.random.default_rng(s), method)[-1]
+        found[method] = np.mean([S.toy_search(p, success, 300, 20, 1.0, 5.0, np.random.default_rng(s), method)[-1]
                                  for s in range(5)])
     assert found["oracle"] == 2.0
     assert found["banel"] > found["random"]
@@ -146,7 +147,7 @@ def test_categorical_failure_model_and_bad_inputs():
 def test_queries_and_the_count_bonus():
     assert B.parse_query("07+3=") == ("07", "3")
     assert B.parse_query("7+3") is None
-    assert [B.query_kind(q) for q in ("7+3=", "07+3=", "7+12=", "7+")] == \
+    assert [S.query_kind(q) for q in ("7+3=", "07+3=", "7+12=", "7+")] == \
         ["one-digit", "leading zero", "two-digit", "invalid"]
     counts = {}
     bonus = B.count_bonus(["a", "b", "a", "a"], counts, 0.5)
@@ -163,7 +164,7 @@ def test_queries_and_the_count_bonus():
 @pytest.fixture(scope="module")
 def attacker():
     with one_torch_thread():
-        return B.load_attacker(rlcourse.profile("smoke"))
+        return S.load_attacker(rlcourse.profile("smoke"))
 
 
 def test_fit_failure_model_raises_the_failures_likelihood(attacker):

@@ -25,21 +25,21 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods import banel as B
+from rlcourse.studies import banel as S
 
 pytestmark = pytest.mark.claims
 
 
 def test_toy_banel_finds_more_rare_successes_than_the_prior():
     P = rlcourse.profile()
-    toy = B.toy_experiment(P.toy_seeds)
+    toy = S.toy_experiment(P.toy_seeds)
     final = {m: c[:, -1] for m, c in toy["curves"].items()}
     assert final["oracle"].mean() == 2.0
     assert final["banel"].mean() > final["random"].mean()
 
 
 def test_attack_claims_direction():
-    out = B.attack_experiment(rlcourse.profile())
+    out = S.attack_experiment(rlcourse.profile())
     runs = out["runs"]
     found = {arm: np.mean([r["distinct"] for r in rs]) for arm, rs in runs.items()}
     assert found["oracle"] > found["random"], found  # the control: the budget can find successes
