@@ -253,10 +253,11 @@ def base_success_rate(prof: Profile | None = None, n: int = 4000, seed: int = 0)
 
 
 def attack_sizes(prof: Profile) -> dict:
-    """The attack experiment's sizes for a profile (NRE budget, batch, evaluation samples, fitting)."""
-    return prof.pick(smoke=dict(budget=16, prompts=2, G=4, n_eval=16, oversample=2, fit_steps=2, seeds=1, n_base=64),
-                     book=dict(budget=192, prompts=4, G=8, n_eval=128, oversample=32, fit_steps=20, seeds=3,
-                               n_base=2000))
+    """The attack experiment's sizes for a profile (NRE budget, batch, evaluation samples, fitting); its
+    seeds are the profile's language-model seeds."""
+    sizes = prof.pick(smoke=dict(budget=16, prompts=2, G=4, n_eval=16, oversample=2, fit_steps=2, n_base=64),
+                      book=dict(budget=192, prompts=4, G=8, n_eval=128, oversample=32, fit_steps=20, n_base=2000))
+    return {**sizes, "seeds": prof.seeds}
 
 
 ATTACK_SETTING = ("a tiny target adder (2-layer Llama, hidden 64) that answers all 100 one-digit facts; an attacker of "
