@@ -69,7 +69,8 @@ KS = (1, 2, 4, 8, 16)
 
 def bandit_advantages(arm: str, rewards: torch.Tensor, strategies: torch.Tensor, cfg: BanditConfig) -> torch.Tensor:
     """``(G, N)`` advantages of one step for ``arm``: GRPO through the registered estimator; the set
-    objectives through :func:`set_advantage`, each group divided by its std (as ``poly_epo`` does)."""
+    objectives through :func:`~rlcourse.methods.poly_epo.set_advantage`, each group divided by its std (as
+    ``poly_epo`` does)."""
     objective = BANDIT_ARMS[arm]
     G, N = rewards.shape
     if objective is None:
@@ -192,7 +193,7 @@ LM_KS = (1, 2, 4, 8, 16)
 def sample_strategies(model, tokenizer, examples, n: int, generator: torch.Generator, max_new_tokens: int = 8,
                       chunk: int = 32) -> dict:
     """``n`` samples per countdown example at temperature 1: ``correct`` ``(P, n)`` 0/1 and
-    ``strategies`` (``P`` lists of :func:`countdown_strategy` labels)."""
+    ``strategies`` (``P`` lists of :func:`~rlcourse.methods.poly_epo.countdown_strategy` labels)."""
     from ..lm.sampling import sample
     from ..tasks import get_task
 
