@@ -163,7 +163,6 @@ def walk_values(prompt: str, response: str, n_positions: int | None = None) -> n
     return out
 
 
-
 # ---------------------------------------------------------------------------------------- losses
 def _check_values(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     check_same_shape(values=values, mask=mask)
@@ -189,7 +188,6 @@ def final_values(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``(B,)`` the score :math:`v(h_T)` of each row (its value at the final position)."""
     _check_values(values, mask)
     return values.gather(1, final_index(mask)[:, None]).squeeze(1)
-
 
 
 def mc_loss(values: torch.Tensor, mask: torch.Tensor, detach_target: bool = True) -> torch.Tensor:

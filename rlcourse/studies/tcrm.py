@@ -181,7 +181,6 @@ def walk_scores(model: ScalarHeadModel, tokenizer, examples, walks, batch: int =
     return np.concatenate(vals), np.concatenate(masks)
 
 
-
 # ---------------------------------------------------------------------------------------- metrics
 def middle_columns(examples: Sequence[Example]) -> np.ndarray:
     """The value column after half of each response's steps, ``(N,)``."""
