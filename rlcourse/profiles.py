@@ -49,8 +49,8 @@ class Profile:
     rl_prompts: int
     num_generations: int
     rl_lr: float
-    seeds: int  # seeds behind a verdict of a language-model experiment (>= 3 in the book profile)
-    toy_seeds: int  # seeds behind a verdict of a bandit, gridworld or other toy (>= 5 in the book profile)
+    seeds: int  # seeds behind a verdict of a language-model experiment (>= 5 in the book profile)
+    toy_seeds: int  # seeds behind a verdict of a bandit, gridworld or other toy (>= 10 in the book profile)
     min_seeds: int  # the fewest seeds any verdict may rest on (rlcourse.claims.evaluate refuses fewer)
 
     def pick(self, smoke: Any, book: Any, full: Any = None) -> Any:
@@ -70,12 +70,12 @@ _PROFILES = {
     "book": Profile(
         name="book", lm_hidden=128, lm_intermediate=384, lm_layers=3, lm_heads=4, lm_max_positions=64,
         pretrain_max_steps=1500, pretrain_batch=64, pretrain_lr=1e-3, eval_every=25, eval_prompts=256,
-        rl_steps=120, rl_prompts=16, num_generations=8, rl_lr=1e-4, seeds=3, toy_seeds=5, min_seeds=3,
+        rl_steps=120, rl_prompts=16, num_generations=8, rl_lr=1e-4, seeds=5, toy_seeds=10, min_seeds=5,
     ),
     "full": Profile(
         name="full", lm_hidden=256, lm_intermediate=768, lm_layers=4, lm_heads=8, lm_max_positions=128,
         pretrain_max_steps=6000, pretrain_batch=128, pretrain_lr=1e-3, eval_every=100, eval_prompts=1024,
-        rl_steps=500, rl_prompts=64, num_generations=8, rl_lr=1e-4, seeds=5, toy_seeds=10, min_seeds=5,
+        rl_steps=500, rl_prompts=64, num_generations=8, rl_lr=1e-4, seeds=8, toy_seeds=20, min_seeds=5,
     ),
 }
 

@@ -50,6 +50,7 @@ def sft(model, tokenizer, examples: Sequence[Example], steps: int, batch_size: i
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
+    opt.zero_grad(set_to_none=True)  # leave no gradient behind for the next optimiser (an RL Trainer's first step)
     model.eval()
     return losses
 
@@ -119,5 +120,6 @@ def train_reward_model(reward_model: ScalarHeadModel, tokenizer, pairs: Sequence
         value.backward()
         opt.step()
         log.append({"loss": value.item(), **metrics})
+    opt.zero_grad(set_to_none=True)  # leave no gradient behind for the next optimiser (e.g. a critic copied from it)
     reward_model.eval()
     return log

@@ -49,7 +49,7 @@ def _consistent(v):
 @pytest.mark.claims
 def test_freshper_main_and_weighted(P):
     out = run_lake_experiment(P)
-    assert out["seeds"] == P.toy_seeds == 5 and out["config"].steps == 150 and out["config"].beta is None
+    assert out["seeds"] == P.toy_seeds and out["config"].steps == 150 and out["config"].beta is None
     v = lake_verdicts(out)
     _consistent(v)
     weighted = run_lake_experiment(P, cfg=replace(out["config"], beta=WEIGHTED_BETA))
@@ -70,5 +70,5 @@ def test_freshper_switch(P):
 def test_freshper_lm_runs_with_three_seeds(P):
     lm = run_lm_experiment(P)
     v = lm_verdict(lm)
-    assert v.seeds == P.seeds == 3 and lm["steps"] == 25
+    assert v.seeds == P.seeds and lm["steps"] == 25
     assert all(n > 0 for n in lm["buffer"]["FreshPER"])  # groups were stored (and, after step 1, replayed)

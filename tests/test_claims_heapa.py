@@ -30,31 +30,31 @@ import pytest
 
 import rlcourse
 from rlcourse.claims import evaluate
-from rlcourse.methods import heapa as H
+from rlcourse.studies import heapa as study
 
 pytestmark = pytest.mark.claims
 
 
 @pytest.fixture(scope="module")
 def toy():
-    return H.toy_experiment(rlcourse.profile("book"))
+    return study.toy_experiment(rlcourse.profile("book"))
 
 
 def test_positive_control_the_oracle_needs_fewer_rollouts_than_uniform(toy):
-    c = H.toy_claims(toy["budget"], toy["sizes"]["target"])["control"]
+    c = study.toy_claims(toy["budget"], toy["sizes"]["target"])["control"]
     v = evaluate(c, toy["to_target"]["oracle"], toy["to_target"]["uniform"])
     assert v.seeds >= 5 and v.holds, v.sentence()
 
 
 def test_heapa_reaches_the_target_with_fewer_rollouts_than_uniform(toy):
-    c = H.toy_claims(toy["budget"], toy["sizes"]["target"])["fewer"]
+    c = study.toy_claims(toy["budget"], toy["sizes"]["target"])["fewer"]
     v = evaluate(c, toy["to_target"]["heapa"], toy["to_target"]["uniform"])
     assert toy["censored"]["heapa"] == 0, "a censored HeaPA run makes the comparison optimistic"
     assert v.high < 0 and v.holds, v.sentence()
 
 
 def test_growth_and_wasted_groups(toy):
-    claims = H.toy_claims(toy["budget"], toy["sizes"]["target"])
+    claims = study.toy_claims(toy["budget"], toy["sizes"]["target"])
     growth = evaluate(claims["growth"], toy["to_target"]["heapa"], toy["to_target"]["heapa_fixed"])
     waste = evaluate(claims["waste"], toy["zero_var"]["heapa"], toy["zero_var"]["uniform"])
     assert growth.holds, growth.sentence()

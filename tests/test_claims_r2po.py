@@ -51,7 +51,7 @@ import pytest
 
 import rlcourse
 from rlcourse.claims import decide
-from rlcourse.methods import r2po
+from rlcourse.studies import r2po
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods import retaining as R
+from rlcourse.studies import retaining as RS
 
 
 @pytest.mark.claims
 def test_toy_rl_forgets_less_at_matched_gain():
     P = rlcourse.profile("book")
-    toy = R.toy_experiment(P.toy_seeds)
+    toy = RS.toy_experiment(P.toy_seeds)
     assert all(v.all() for v in toy["reached"].values())
     for arm in ("SFT, lr 0.01", "SFT, lr 0.15"):
         assert np.all(toy["drop"]["RL, lr 0.01"] < toy["drop"][arm]), arm
@@ -39,9 +39,9 @@ def test_toy_rl_forgets_less_at_matched_gain():
 @pytest.mark.claims
 def test_lm_claims_book_profile():
     P = rlcourse.profile("book")
-    res = R.run_lm_experiment(P)
-    gd = R.gain_and_drop(res)
-    mt = R.matched_gain_table(res)
+    res = RS.run_lm_experiment(P)
+    gd = RS.gain_and_drop(res)
+    mt = RS.matched_gain_table(res)
     print({a: (gd["gain"][a].round(3), gd["drop"][a].round(3)) for a in res["curves"]}, mt, res["seconds"])
     assert len(mt["gain"]) == P.seeds >= 3
     # positive control: SFT at the high learning rate forgets measurably (margin 0.05)

@@ -141,17 +141,17 @@ def test_evaluate_pairs_seeds_and_checks_input():
 
 def test_evaluate_enforces_the_profiles_minimum_seed_count():
     c = claim()
-    with pytest.raises(ValueError, match="needs at least 3"):
-        evaluate(c, [1.0, 1.2], [0.5, 0.4], profile="book")
+    with pytest.raises(ValueError, match="needs at least 5"):
+        evaluate(c, [1.0, 1.2, 1.1, 0.9], [0.5, 0.4, 0.6, 0.5], profile="book")
     assert evaluate(c, [1.0, 1.2], [0.5, 0.4], profile="smoke").seeds == 2
     with pytest.raises(ValueError, match="needs at least 5"):
         evaluate(c, [1.0, 1.2, 1.1], [0.5, 0.4, 0.6], min_seeds=5)
 
 
 def test_zero_variance_is_inconclusive_not_a_verdict():
-    v = evaluate(claim(kind="greater"), [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], profile="book")
+    v = evaluate(claim(kind="greater"), [0.0] * 5, [0.0] * 5, profile="book")
     assert v.verdict == "inconclusive" and "no spread" in v.sentence() and v.detectable is None
-    w = evaluate(claim(kind="less"), [0.5, 0.5, 0.5], [0.7, 0.7, 0.7], profile="book")  # deterministic arms
+    w = evaluate(claim(kind="less"), [0.5] * 5, [0.7] * 5, profile="book")  # deterministic arms
     assert w.verdict == "inconclusive"
 
 

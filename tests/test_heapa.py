@@ -11,7 +11,9 @@ from scipy import integrate, stats
 import rlcourse
 from rlcourse.lm.zoo import load_base_model
 from rlcourse.methods import heapa as H
+from rlcourse.methods.heapa_pool import HeapPool
 from rlcourse.profiles import one_torch_thread
+from rlcourse.studies import curriculum_toy as toy
 from rlcourse.tasks import get_task
 from rlcourse.train import RLConfig, Trainer
 
@@ -66,7 +68,7 @@ def test_shrunk_pass_rate_is_the_beta_posterior_mean():
 # ---------------------------------------------------------------------- the pool
 def random_pool(seed=0, capacity=30, steps=200):
     rng, gen = np.random.default_rng(seed), torch.Generator().manual_seed(seed)
-    hp = H.HeapPool(capacity, 0.5)
+    hp = HeapPool(capacity, 0.5)
     for i in range(capacity):
         hp.add(i)
     for t in range(steps):
@@ -81,7 +83,7 @@ def random_pool(seed=0, capacity=30, steps=200):
 
 def filled_pool(capacity, scores):
     """A pool of ``capacity`` seeds, the first ``len(scores)`` drawn and scored ``k`` of 8."""
-    hp = H.HeapPool(capacity, 0.5)
+    hp = HeapPool(capacity, 0.5)
     for i in range(capacity):
         hp.add(i)
     gen = torch.Generator().manual_seed(0)
@@ -121,7 +123,7 @@ def test_eviction_removes_the_lowest_key_of_the_high_partition_first():
 
 
 def test_path_key_pools_a_lineage_by_rollouts():
-    hp = H.HeapPool(10, 0.5)
+    hp = HeapPool(10, 0.5)
     root = hp.add("root")
     gen = torch.Generator().manual_seed(0)
     hp.draw(1, gen)
@@ -138,10 +140,10 @@ def test_path_key_pools_a_lineage_by_rollouts():
 
 def test_pool_refuses_bad_input():
     with pytest.raises(ValueError, match="capacity"):
-        H.HeapPool(0)
+        HeapPool(0)
     with pytest.raises(ValueError, match="low_fraction"):
-        H.HeapPool(4, 1.0)
-    hp = H.HeapPool(4)
+        HeapPool(4, 1.0)
+    hp = HeapPool(4)
     hp.add(0)
     with pytest.raises(ValueError, match="asked for 2 prompts"):
         hp.draw(2, torch.Generator())
@@ -154,22 +156,22 @@ def test_pool_refuses_bad_input():
 # ---------------------------------------------------------------------- the toy and its censoring
 def test_rollouts_to_target_censors_at_the_budget():
     r, a = np.array([0, 64, 128, 192]), np.array([0.3, 0.5, 0.8, 0.9])
-    assert H.rollouts_to_target(r, a, 0.75, 192) == (128.0, False)
-    assert H.rollouts_to_target(r, a, 0.95, 192) == (192.0, True)
-    assert H.rollouts_to_target(r, a, 0.75, 100) == (100.0, True)  # reached only after the budget
+    assert toy.rollouts_to_target(r, a, 0.75, 192) == (128.0, False)
+    assert toy.rollouts_to_target(r, a, 0.95, 192) == (192.0, True)
+    assert toy.rollouts_to_target(r, a, 0.75, 100) == (100.0, True)  # reached only after the budget
     with pytest.raises(ValueError, match="equal 1-D shapes"):
-        H.rollouts_to_target(r, a[:2], 0.5, 10)
+        toy.rollouts_to_target(r, a[:2], 0.5, 10)
 
 
 def test_toy_runs_are_deterministic_and_the_oracle_beats_uniform_on_one_seed():
-    a = H.toy_run("heapa", 0, 40)
-    b = H.toy_run("heapa", 0, 40)
+    a = toy.toy_run("heapa", 0, 40)
+    b = toy.toy_run("heapa", 0, 40)
     assert np.array_equal(a["accuracy"], b["accuracy"])
     assert a["rollouts"][-1] == 40 * 64
-    u, o = H.toy_run("uniform", 0, 120), H.toy_run("oracle", 0, 120)
+    u, o = toy.toy_run("uniform", 0, 120), toy.toy_run("oracle", 0, 120)
     assert o["zero_var"].mean() < u["zero_var"].mean()
     with pytest.raises(ValueError, match="unknown toy arm"):
-        H.toy_run("greedy", 0, 1)
+        toy.toy_run("greedy", 0, 1)
 
 
 # ---------------------------------------------------------------------- the task

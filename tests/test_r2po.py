@@ -14,10 +14,11 @@ import torch
 import rlcourse
 from rlcourse.lm import build_model, build_tokenizer, response_logprobs, sample
 from rlcourse.losses import POLICY_LOSSES, compute_policy_loss
-from rlcourse.methods.r2po import (RolloutHead, bandit_gradients, bandit_run, compute_r2po_loss, expected_distinct,
-                                   format_reward, head_from_state, head_kl, head_log_ratio, head_on, head_update,
-                                   r2po_sampler, rarity_advantages)
+from rlcourse.methods.r2po import (RolloutHead, bandit_gradients, compute_r2po_loss, expected_distinct, format_reward,
+                                   head_from_state, head_kl, head_log_ratio, head_on, head_update, r2po_sampler,
+                                   rarity_advantages)
 from rlcourse.rollout import SAMPLERS, policy_sampler
+from rlcourse.studies.r2po import bandit_run
 from rlcourse.tasks import get_task
 from rlcourse.train import RLConfig, Trainer
 
@@ -286,7 +287,7 @@ def test_trainer_runs_and_resumes_exactly(tiny, tmp_path):
 
 
 def test_head_lr_rule_reads_only_the_head_kl():
-    from rlcourse.methods.r2po import HEAD_KL_MAX, choose_head_lr, late_kl
+    from rlcourse.studies.r2po import HEAD_KL_MAX, choose_head_lr, late_kl
 
     sweep = {1e-2: [0.35, 0.12, 0.40], 3e-3: [0.08, 0.09, 0.11], 1e-3: [0.03, 0.05, 0.04], 3e-4: [0.01, 0.01, 0.02]}
     assert choose_head_lr(sweep) == 1e-3  # the largest whose every seed stayed within 0.1
@@ -305,7 +306,7 @@ def test_head_lr_rule_reads_only_the_head_kl():
 
 def test_pass1_verdict_is_uninformative_when_the_head_drifted():
     """lm_verdicts on made-up per-seed numbers: the accuracy claims rest on the head-KL control."""
-    from rlcourse.methods import r2po
+    from rlcourse.studies import r2po
 
     def fake(kl):
         def row(p1, dist, fmt, kl_):
@@ -329,7 +330,7 @@ def test_pass1_verdict_is_uninformative_when_the_head_drifted():
 
 def test_head_lr_sweep_runs_on_choosing_seeds_and_prompts():
     import rlcourse
-    from rlcourse.methods.r2po import choose_head_lr, head_lr_sweep, run_lm_experiment
+    from rlcourse.studies.r2po import choose_head_lr, head_lr_sweep, run_lm_experiment
 
     P = rlcourse.profile("smoke")
     sweep = head_lr_sweep(P, head_lrs=(1e-2,), seeds=(10,))

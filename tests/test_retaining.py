@@ -1,4 +1,5 @@
-"""Unit tests of the retaining-by-doing chapter's math and parts (rlcourse.methods.retaining)."""
+"""Unit tests of the retaining-by-doing chapter's math and parts (rlcourse.methods.retaining) and of its
+experiments' pieces (rlcourse.studies.retaining)."""
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import rlcourse
 from rlcourse.advantages import get_estimator
 from rlcourse.losses import get_policy_loss
 from rlcourse.methods import retaining as R
+from rlcourse.studies import retaining as RS
 from rlcourse.tasks import Addition, Example, Sort, Task
 
 
@@ -61,7 +63,7 @@ def test_single_gaussian_score_matches_autograd():
     th = torch.tensor([0.3, 1.4], dtype=torch.float64, requires_grad=True)
     logq = -0.5 * ((torch.tensor(x) - th[0]) / th[1]) ** 2 - torch.log(th[1])
     logq.mean().backward()
-    assert np.allclose(R.sft_gradient(x, th.detach().numpy(), R.SINGLE_MODE), th.grad.numpy(), atol=1e-8)
+    assert np.allclose(R.sft_gradient(x, th.detach().numpy(), RS.SINGLE_MODE), th.grad.numpy(), atol=1e-8)
 
 
 def test_sft_lowers_the_old_weight_on_new_data():
@@ -85,8 +87,8 @@ def test_overlap_is_one_for_the_target_and_in_unit_interval():
 def test_rl_forgets_less_than_sft_at_matched_gain_in_the_two_mode_toy():
     s = R.TwoModeSetting()
     drops = {}
-    for name, (method, lr) in R.TOY_ARMS.items():
-        drop, reached = R.drop_at_gain(R.simulate(s, method, lr, seed=0), 0.9)
+    for name, (method, lr) in RS.TOY_ARMS.items():
+        drop, reached = RS.drop_at_gain(RS.simulate(s, method, lr, seed=0), 0.9)
         assert reached, name
         drops[name] = drop
     # recorded 2026-12-02: SFT lr 0.15 0.122, SFT lr 0.01 0.052, RL 0.022
@@ -95,8 +97,8 @@ def test_rl_forgets_less_than_sft_at_matched_gain_in_the_two_mode_toy():
 
 def test_drop_at_gain_reads_the_first_crossing():
     run = {"old": np.array([0.8, 0.7, 0.6, 0.5]), "new": np.array([0.0, 0.5, 0.95, 0.99])}
-    assert R.drop_at_gain(run, 0.9) == (pytest.approx(0.2), True)
-    assert R.drop_at_gain(run, 1.5) == (pytest.approx(0.3), False)
+    assert RS.drop_at_gain(run, 0.9) == (pytest.approx(0.2), True)
+    assert RS.drop_at_gain(run, 1.5) == (pytest.approx(0.3), False)
 
 
 def test_kl_tilted_keeps_ratios_among_equally_rewarded_answers():
@@ -150,13 +152,13 @@ def test_self_sft_with_pg_is_sft_on_the_accepted_rows():
 
 def test_external_labels_keep_the_graded_answer():
     ex = Addition().examples(20, seed=0)
-    ext = R.external_labels(ex)
+    ext = RS.external_labels(ex)
     task = Addition()
     for e, x in zip(ex, ext):
         assert task.score(x.solution, x).reward == 1.0 and x.solution != e.solution or len(e.answer) == 1
         assert x.solution.replace(" ", "") == e.solution
     with pytest.raises(ValueError, match="addition demonstrations"):
-        R.external_labels(Sort().examples(2, seed=0))
+        RS.external_labels(Sort().examples(2, seed=0))
 
 
 class _AlwaysRight(Task):
@@ -190,16 +192,16 @@ def test_own_correct_samples_keeps_the_models_text(smoke_addition_model=None):
 def test_drop_at_matched_gain_interpolates_and_flags():
     base = {"add": 0.2, "sort": 0.9}
     run = {"add": np.array([0.2, 0.3, 0.5]), "sort": np.array([0.9, 0.8, 0.4])}
-    d, ok = R.drop_at_matched_gain(0.2, [run], base)  # gain 0.2 lies halfway from 0.1 to 0.3
+    d, ok = RS.drop_at_matched_gain(0.2, [run], base)  # gain 0.2 lies halfway from 0.1 to 0.3
     assert ok and d == pytest.approx(0.3)
     other = {"add": np.array([0.2, 0.5, 0.5]), "sort": np.array([0.9, 0.85, 0.8])}
-    assert R.drop_at_matched_gain(0.2, [run, other], base)[0] == pytest.approx(0.9 - (0.9 + 2 / 3 * (0.85 - 0.9)))
-    assert R.drop_at_matched_gain(0.9, [run], base) == (pytest.approx(0.5), False)
+    assert RS.drop_at_matched_gain(0.2, [run, other], base)[0] == pytest.approx(0.9 - (0.9 + 2 / 3 * (0.85 - 0.9)))
+    assert RS.drop_at_matched_gain(0.9, [run], base) == (pytest.approx(0.5), False)
 
 
 def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="method"):
-        R.simulate(R.TwoModeSetting(), "dpo", 0.1)
+        RS.simulate(R.TwoModeSetting(), "dpo", 0.1)
     with pytest.raises(ValueError, match="family"):
         R.TwoModeSetting(family="three")
     with pytest.raises(ValueError, match="parameters"):
@@ -207,13 +209,13 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match=r"\(5,\)"):
         R.mixture_score(np.zeros(3), np.zeros(4))
     with pytest.raises(ValueError, match="unknown arms"):
-        R.run_lm_experiment(rlcourse.profile("smoke"), arms=("PPO",))
+        RS.run_lm_experiment(rlcourse.profile("smoke"), arms=("PPO",))
 
 
 def test_lm_experiment_runs_in_smoke():
-    res = R.run_lm_experiment(rlcourse.profile("smoke"), arms=("SFT, high lr", "Self-SFT, low lr", "GRPO"))
+    res = RS.run_lm_experiment(rlcourse.profile("smoke"), arms=("SFT, high lr", "Self-SFT, low lr", "GRPO"))
     E = len(res["steps"])
     for a, c in res["curves"].items():
         assert c["add"].shape == c["sort"].shape == (1, E)
-    t = R.matched_gain_table({**res, "curves": {**res["curves"]}})
+    t = RS.matched_gain_table({**res, "curves": {**res["curves"]}})
     assert t["grpo"].shape == (1,)

@@ -240,6 +240,14 @@ def test_sft_reduces_the_loss(tiny):
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
 
 
+def test_sft_leaves_no_gradient_for_the_next_optimiser(tiny):
+    """A Trainer built on an SFT'd model zeroes its gradients only after its own step: a gradient left by
+    SFT would be added to the first RL gradient."""
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]
+    sft(model, tok, rlcourse.tasks.get_task("sort").examples(16), steps=2, batch_size=8)
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_sft_continues_with_a_given_optimizer(tiny):
     """Split into two calls with one optimizer, SFT keeps its Adam moments: the optimizer has taken every
     step. A learning rate passed beside the optimizer would be ignored, so it is an error."""

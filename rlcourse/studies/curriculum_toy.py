@@ -97,7 +97,7 @@ def toy_run(arm: str, seed: int, steps: int, prompts: int = 8, G: int = 8, toy: 
                   pool, then may be drawn again); ``synth_easier`` (``pass_filter``, and an
                   all-failed prompt of level d spawns up to 2 prompts of level d - 1 with its
                   offset); ``heapa``, ``heapa_fixed`` (no growth), ``heapa_boundary`` (the
-                  :class:`~rlcourse.methods.heapa.HeapPool`, growth in the band (0.1, 0.7));
+                  :class:`~rlcourse.methods.heapa_pool.HeapPool`, growth in the band (0.1, 0.7));
                   ``replay`` (uniform fresh groups plus :data:`REPLAY` ``groups`` replayed from
                   a freshness-aware PER buffer, PPO's clipped ratio and PER weights on them);
                   ``oracle`` (draws without replacement, weights P(informative) of the TRUE
@@ -112,7 +112,8 @@ def toy_run(arm: str, seed: int, steps: int, prompts: int = 8, G: int = 8, toy: 
     of it, so the replay arm is not handicapped by a smaller effective learning rate.
     """
     from ..methods.data_scarcity import cooldown_steps, eligible, filtered_draw
-    from ..methods.heapa import HeapPool, informative_probability
+    from ..methods.heapa import informative_probability
+    from ..methods.heapa_pool import HeapPool
     from ..replay import ReplayBuffer, group_priority
 
     if arm not in ARMS:

@@ -1,5 +1,6 @@
-"""HeaPA's experiments: the curriculum toy's arms and claims, and the tiny-LM run (the pool and the registered
-samplers are in :mod:`rlcourse.methods.heapa`; the toy's runner in :mod:`rlcourse.studies.curriculum_toy`).
+"""HeaPA's experiments: the curriculum toy's arms and claims, and the tiny-LM run (the registered samplers and
+task are in :mod:`rlcourse.methods.heapa`, the pool in :mod:`rlcourse.methods.heapa_pool`; the toy's runner in
+:mod:`rlcourse.studies.curriculum_toy`).
 """
 from __future__ import annotations
 
