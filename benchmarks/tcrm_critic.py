@@ -20,7 +20,9 @@ import numpy as np
 import torch
 
 import rlcourse
+from rlcourse.lm import build_tokenizer
 from rlcourse.methods import tcrm as T
+from rlcourse.studies import tcrm as study
 from rlcourse.train import RLConfig, Trainer
 
 
@@ -36,7 +38,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     prof = dataclasses.replace(rlcourse.profile("book"), lm_hidden=args.hidden, lm_intermediate=3 * args.hidden,
                                lm_layers=args.layers, lm_heads=4)
-    tok = T.build_tokenizer()
+    tok = build_tokenizer()
     from rlcourse.lm.model import build_model
     from rlcourse.lm.heads import ScalarHeadModel
     policy = build_model(tok, prof, seed=0)
@@ -50,10 +52,10 @@ def main(argv=None) -> int:
             cfg = RLConfig(num_generations=4, prompts_per_step=args.prompts, max_completion_length=T.WALK_LENGTH + 1,
                            steps=args.steps, reward="tcrm_score", reward_kwargs={"reward_model": name},
                            whiten_advantages=True, progress=False, seed=r, learning_rate=1e-4, **parts)
-            tr = Trainer(copy.deepcopy(policy), tok, "dyck_walk", cfg, eval_examples=T.test_prompts())
+            tr = Trainer(copy.deepcopy(policy), tok, "dyck_walk", cfg, eval_examples=study.test_prompts())
             tr.train()
             times[arm] += [h["step_seconds"] for h in tr.history[1:]]
-            state[arm] = T.state_bytes(tr)
+            state[arm] = study.state_bytes(tr)
     out = {arm: {"median_step_seconds": float(np.median(times[arm])), "state_bytes": state[arm]} for arm in arms}
     rel_t = out["unified"]["median_step_seconds"] / out["separate critic"]["median_step_seconds"] - 1
     rel_m = out["unified"]["state_bytes"]["total"] / out["separate critic"]["state_bytes"]["total"] - 1

@@ -3,7 +3,7 @@
 Nothing here is typed by hand; everything is read from the sources, so the index cannot drift:
 
 * the registries (every part a config can name: estimators, losses, rewards, samplers, prompt
-  samplers, tasks);
+  samplers, reward-model losses, tasks);
 * the chapters' ``literalinclude`` directives: a chapter *adds* a part when it shows the code that
   implements it (the part's function, its class, or the factory that builds it). A part of a
   ``rlcourse/methods`` module whose own code no chapter shows belongs to the first chapter, in
@@ -66,9 +66,10 @@ def _registries() -> dict:
     from .registry import load_methods
     from .rewards import REWARDS
     from .rollout import SAMPLERS
+    from .supervised import REWARD_MODEL_LOSSES
 
     load_methods()
-    return {r.kind: r for r in (ESTIMATORS, POLICY_LOSSES, REWARDS, SAMPLERS, PROMPT_SAMPLERS)}
+    return {r.kind: r for r in (ESTIMATORS, POLICY_LOSSES, REWARDS, SAMPLERS, PROMPT_SAMPLERS, REWARD_MODEL_LOSSES)}
 
 
 def _implementation(obj):

@@ -37,7 +37,7 @@ import pytest
 
 import rlcourse
 from rlcourse.claims import decide
-from rlcourse.methods import poly_epo as pe
+from rlcourse.studies import poly_epo as study
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +55,8 @@ def _consistent(v):
 
 @pytest.mark.claims
 def test_bandit_claims(P):
-    out = pe.run_bandit_experiment(P)
-    v = pe.bandit_verdicts(out)
+    out = study.run_bandit_experiment(P)
+    v = study.bandit_verdicts(out)
     assert out["seeds"] == P.toy_seeds
     assert v["control"].verdict == "holds", v["control"].sentence()
     assert v["pass16"].claim.control == v["control"].claim.key
@@ -68,8 +68,8 @@ def test_bandit_claims(P):
 
 @pytest.mark.claims
 def test_lm_claims(P):
-    out = pe.run_lm_experiment(P)
-    v = pe.lm_verdicts(out)
+    out = study.run_lm_experiment(P)
+    v = study.lm_verdicts(out)
     assert out["seeds"] == P.seeds >= 3
     for key, verdict in v.items():
         assert verdict.seeds == P.seeds and _consistent(verdict), (key, verdict.sentence())

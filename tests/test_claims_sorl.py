@@ -19,13 +19,13 @@ turn-ratio-alone holds (Turn-GRPO 0.999, [0.064, 0.188]); normaliser-adds inconc
 import pytest
 
 import rlcourse
-from rlcourse.methods import sorl
+from rlcourse.studies import sorl as study
 
 
 @pytest.fixture(scope="module")
 def verdicts():
     P = rlcourse.profile("book")
-    return sorl.staleness_verdicts(sorl.run_staleness_experiment(P))
+    return study.staleness_verdicts(study.run_staleness_experiment(P))
 
 
 @pytest.mark.claims

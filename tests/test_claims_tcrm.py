@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods import tcrm as T
+from rlcourse.studies import tcrm as study
 from rlcourse.profiles import one_torch_thread
 
 pytestmark = pytest.mark.claims
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.claims
 @pytest.fixture(scope="module")
 def rm_out():
     with one_torch_thread():
-        return T.rm_experiment(rlcourse.profile())
+        return study.rm_experiment(rlcourse.profile())
 
 
 def test_reward_model_claims_direction(rm_out):
@@ -55,7 +55,7 @@ def test_reward_model_claims_direction(rm_out):
 
 def test_unified_ppo_direction(rm_out):
     with one_torch_thread():
-        ppo = T.ppo_experiment(rm_out["models"]["TCRM"], rm_out["tokenizer"], rlcourse.profile())
+        ppo = study.ppo_experiment(rm_out["models"]["TCRM"], rm_out["tokenizer"], rlcourse.profile())
     R = ppo["runs"]
     q = {a: np.mean([r["final_validity"] for r in rs]) for a, rs in R.items()}
     assert q["unified"] > q["separate critic"] - 0.10, q

@@ -10,6 +10,7 @@ import torch
 
 from rlcourse.advantages import get_estimator
 from rlcourse.methods import poly_epo as pe
+from rlcourse.studies import poly_epo as study
 from rlcourse.tasks import Example, get_task
 
 
@@ -200,13 +201,13 @@ def test_registered_set_max_and_zero_groups():
 
 
 def test_bandit_instance_and_a_short_run():
-    cfg = pe.BanditConfig(steps=5)
-    train, held, theta = pe.make_strategy_bandit(cfg, 0)
+    cfg = study.BanditConfig(steps=5)
+    train, held, theta = study.make_strategy_bandit(cfg, 0)
     assert train.shape == (10, 6) and held.shape == (40, 6) and theta.shape == (6,)
     assert train[:, 0].sum() == 6 and (train[:, 1:].sum(0) < 6).all() and train.any(1).all()
-    for arm in pe.BANDIT_ARMS:
-        out = pe.train_strategy_bandit(arm, cfg, 0, every=5)
-        assert out["curve"].shape == (2, len(pe.KS)) and np.all(np.diff(out["pass"]) >= 0)
+    for arm in study.BANDIT_ARMS:
+        out = study.train_strategy_bandit(arm, cfg, 0, every=5)
+        assert out["curve"].shape == (2, len(study.KS)) and np.all(np.diff(out["pass"]) >= 0)
         assert 1 <= out["modes"] <= 6 and np.isclose(out["mass"][-1].sum(), 1.0)
     with pytest.raises(ValueError, match="arm"):
-        pe.train_strategy_bandit("PPO", cfg, 0)
+        study.train_strategy_bandit("PPO", cfg, 0)

@@ -12,6 +12,7 @@ from rlcourse.lm import build_model, build_tokenizer, response_logprobs
 from rlcourse.losses import compute_policy_loss, get_policy_loss
 from rlcourse.methods import sorl
 from rlcourse.rewards import register_reward
+from rlcourse.studies import sorl as study
 from rlcourse.multiturn import episode_text, multiturn_sampler, play_episodes, split_turns
 from rlcourse.envs import TextFrozenLake
 from rlcourse.tasks import get_task
@@ -224,22 +225,22 @@ def test_lagged_behaviour_logprobs_and_exact_resume(tiny, tmp_path):
 
 # ---------------------------------------------------------------------- the toy
 def test_lock_exact_return_matches_monte_carlo():
-    cfg = sorl.LockConfig(samples=4000, contexts=2)
-    codes = sorl.make_codes(cfg, 0)
+    cfg = study.LockConfig(samples=4000, contexts=2)
+    codes = study.make_codes(cfg, 0)
     logits = torch.randn(cfg.contexts, cfg.doors, cfg.turn_len, cfg.symbols, generator=torch.Generator().manual_seed(0))
-    ep = sorl.play_lock(logits, codes, cfg, torch.Generator().manual_seed(1))
+    ep = study.play_lock(logits, codes, cfg, torch.Generator().manual_seed(1))
     r = ep["reward"]
-    exact = sorl.expected_lock_return(logits, codes, cfg)
+    exact = study.expected_lock_return(logits, codes, cfg)
     assert abs(float(r.mean()) - exact) < 5 * float(r.std()) / np.sqrt(len(r))
     # recorded log-probs: the turn of a row is its door's code attempt, padding after the end is masked
-    lp = sorl.lock_log_probs(logits, ep)
+    lp = study.lock_log_probs(logits, ep)
     assert lp.shape == ep["response_mask"].shape and (ep["turn_index"][:, :cfg.turn_len] == 0).all()
 
 
 def test_staleness_experiment_runs_and_gives_every_verdict():
     P = rlcourse.profile("smoke")
-    out = sorl.run_staleness_experiment(P, stalenesses=(0, 2), seeds=2, cfg=sorl.LockConfig(steps=4))
-    v = sorl.staleness_verdicts(out)
+    out = study.run_staleness_experiment(P, stalenesses=(0, 2), seeds=2, cfg=study.LockConfig(steps=4))
+    v = study.staleness_verdicts(out)
     assert set(v) == {"less-lost-to-clip", "turn-ratio-alone", "normaliser-adds", "prevents-collapse", "lower-clip",
                       "lower-grad", "on-policy-match", "control-staleness", "control-collapse"}
     assert all(x.seeds == 2 for x in v.values())

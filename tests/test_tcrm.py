@@ -7,10 +7,12 @@ import pytest
 import torch
 
 import rlcourse
+from rlcourse.lm import build_tokenizer
 from rlcourse.lm.sampling import sample
-from rlcourse.losses import bradley_terry_loss
 from rlcourse.methods import tcrm as T
 from rlcourse.profiles import one_torch_thread
+from rlcourse.studies import tcrm as study
+from rlcourse.supervised import train_reward_model
 from rlcourse.tasks import Example, get_task
 from rlcourse.train import RLConfig, Trainer
 
@@ -26,7 +28,7 @@ def test_task_demonstrations_valid_splits_disjoint_and_verdicts():
     train, test = task.examples(300, seed=1), task.examples(8, seed=1, split="test")
     assert all(task.score(e.solution, e).reward == 1.0 for e in train + test)
     assert not {e.prompt for e in train} & {e.prompt for e in test}
-    assert {e.prompt for e in T.test_prompts()} >= {e.prompt for e in test}
+    assert {e.prompt for e in study.test_prompts()} >= {e.prompt for e in test}
     ex = Example("walk 0:1>", "15", "", meta={"walk_prefix": (0, "1")})
     assert task.score("0" * 15, ex).reason == "goes below zero at step 3"
     assert task.score("10" * 7 + "1", ex).reward == 1.0
@@ -48,7 +50,7 @@ def test_survival_value_by_enumeration():
 def test_walk_values_are_conditional_expectations_and_a_martingale():
     ex = Example("walk 0:1101>", "12", "", meta={"walk_prefix": (0, "1101")})
     rng = np.random.default_rng(0)
-    walk = T.sample_walks([ex.prompt], rng)[0]
+    walk = study.sample_walks([ex.prompt], rng)[0]
     v = T.walk_values(ex.prompt, walk)
     task = T.DyckWalk()
     for j in (0, 3, 6):  # E[R | h_j] by enumerating the remaining coin flips
@@ -104,8 +106,11 @@ def test_regulariser_gradients(loss):
 def test_bt_and_tcrm_loss_gradients_and_shift_invariance():
     vp, mp = random_values(seed=1)
     vn, mn = random_values(seed=2)
-    bt = T.bt_final_loss(vp, mp, vn, mn)
-    assert bt == pytest.approx(float(bradley_terry_loss(T.final_values(vp, mp), T.final_values(vn, mn))))
+    # with no regulariser the loss is Bradley-Terry on each row's value at its last masked position
+    final = lambda v, m: v[torch.arange(len(v)), m.sum(1).long() - 1]  # noqa: E731
+    bt = float(-torch.nn.functional.logsigmoid(final(vp, mp) - final(vn, mn)).mean())
+    plain, parts0 = T.tcrm_loss(vp, mp, vn, mn, 0.0, 0.0)
+    assert float(plain) == pytest.approx(bt) and parts0["bt"] == pytest.approx(bt)
     fn = lambda a: T.tcrm_loss(a, mp, vn, mn, 0.7, 0.3, detach_target=False)[0]  # noqa: E731
     x = vp.clone().requires_grad_(True)
     fn(x).backward()
@@ -134,14 +139,14 @@ def test_losses_refuse_bad_masks_and_shapes():
     with pytest.raises(ValueError, match=">= 0"):
         T.tcrm_loss(v, m, v, m, lam_mc=-1)
     with pytest.raises(ValueError, match="rows"):
-        T.bt_final_loss(v, m, v[:2], m[:2])
+        T.tcrm_loss(v, m, v[:2], m[:2])
 
 
 def toy_mdp():
-    seqs = T.enumerate_sequences(3, 5)
+    seqs = study.enumerate_sequences(3, 5)
     init = np.array([0.5, 0.3, 0.2])
     trans = np.array([[0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.3, 0.3, 0.4]])
-    probs = T.markov_probs(seqs, init, trans)
+    probs = study.markov_probs(seqs, init, trans)
     reward = ((seqs == 2).sum(1) >= 2).astype(float) + 0.1 * seqs[:, -1]
     return seqs, probs, reward
 
@@ -150,12 +155,12 @@ def toy_mdp():
 def test_tabular_minimiser_is_the_conditional_expectation(kind):
     seqs, probs, reward = toy_mdp()
     assert probs.sum() == pytest.approx(1.0)
-    exact = T.conditional_expectations(seqs, probs, reward)
-    fitted = T.fit_tabular(seqs, probs, reward, kind, iters=200 if kind == "mc" else 10)
+    exact = study.conditional_expectations(seqs, probs, reward)
+    fitted = study.fit_tabular(seqs, probs, reward, kind, iters=200 if kind == "mc" else 10)
     worst = max(abs(fitted[k] - exact[k]) for k in exact)
     assert worst < 1e-4, worst
     # a wrong target (the TD fixed point with the rewards shifted) is not matched: the test can fail
-    other = T.fit_tabular(seqs, probs, reward + 1.0, kind, iters=200 if kind == "mc" else 10)
+    other = study.fit_tabular(seqs, probs, reward + 1.0, kind, iters=200 if kind == "mc" else 10)
     assert max(abs(other[k] - exact[k]) for k in exact) > 0.5
 
 
@@ -175,11 +180,11 @@ def batch_for(prompts_texts, tok):
 
 
 def test_unified_gae_is_potential_shaping():
-    tok = T.build_tokenizer()
+    tok = build_tokenizer()
     exs = [Example("walk 0:1>", "15", "", meta={"walk_prefix": (0, "1")}),
            Example("walk 2:0110>", "12", "", meta={"walk_prefix": (2, "0110")})]
     rng = np.random.default_rng(3)
-    texts = T.sample_walks([e.prompt for e in exs], rng)
+    texts = study.sample_walks([e.prompt for e in exs], rng)
     batch = batch_for(list(zip([e.prompt for e in exs], texts)), tok)
     task = T.DyckWalk()
     state = {}
@@ -202,7 +207,7 @@ def test_unified_gae_is_potential_shaping():
 
 
 def test_parts_refuse_what_they_cannot_serve():
-    tok = T.build_tokenizer()
+    tok = build_tokenizer()
     ex = Example("47+85=", "132", "231|132")
     batch = batch_for([(ex.prompt, "231|132")], tok)
     with pytest.raises(ValueError, match="dyck_walk"):
@@ -212,53 +217,56 @@ def test_parts_refuse_what_they_cannot_serve():
     with pytest.raises(ValueError, match="unknown TCRM reward model"):
         T.tcrm_score(batch, [ex], get_task("addition"), {}, reward_model="nope")
     with pytest.raises(ValueError, match="reserved|oracle"):
-        T.use_reward_model("oracle", T.new_reward_model(tok, rlcourse.profile("smoke"), 0))
+        T.use_reward_model("oracle", study.new_reward_model(tok, rlcourse.profile("smoke"), 0))
     with pytest.raises(TypeError):
         T.use_reward_model("x", torch.nn.Linear(2, 1))
 
 
 def test_metrics_on_hand_examples():
     v = np.array([[1.0, 0.9, 0.1, 0.0], [1.0, 0.8, 0.7, 0.6]])
-    assert T.predicted_first_error(v, np.array([3, 3]), 0.5).tolist() == [2, 0]
-    assert T.error_f1(np.array([2, 0, 1, 0]), np.array([2, 0, 2, 0])) == pytest.approx(2 * 0.5 * 1 / 1.5)
+    assert study.predicted_first_error(v, np.array([3, 3]), 0.5).tolist() == [2, 0]
+    assert study.error_f1(np.array([2, 0, 1, 0]), np.array([2, 0, 2, 0])) == pytest.approx(2 * 0.5 * 1 / 1.5)
     with pytest.raises(ValueError):
-        T.error_f1(np.array([0]), np.array([0]))
+        study.error_f1(np.array([0]), np.array([0]))
     a, b = np.array([[0.0, 1.0], [0.0, 0.5]]), np.array([[0.0, 0.5], [0.0, 0.5]])
-    assert T.middle_token_accuracy(a, b, np.array([1, 1])) == 0.75  # a tie counts half
+    assert study.middle_token_accuracy(a, b, np.array([1, 1])) == 0.75  # a tie counts half
 
 
 def test_tcrm_training_step_lowers_the_loss_and_unified_ppo_holds_no_critic():
     P = rlcourse.profile("smoke")
-    tok = T.build_tokenizer()
+    tok = build_tokenizer()
     rng = np.random.default_rng(0)
-    pairs = T.walk_pairs(T.DyckWalk().examples(50, seed=0), 32, rng)
-    rm = T.new_reward_model(tok, P, 0)
-    log = T.train_tcrm(rm, tok, pairs, steps=15, batch_size=16, lr=3e-3, lam_mc=0.1, lam_td=0.1)
-    assert log[-1]["loss"] < log[0]["loss"]
+    pairs = study.walk_pairs(T.DyckWalk().examples(50, seed=0), 32, rng)
+    rm = study.new_reward_model(tok, P, 0)
+    log = train_reward_model(rm, tok, pairs, steps=15, batch_size=16, lr=3e-3, loss="tcrm",
+                             loss_kwargs={"lam_mc": 0.1, "lam_td": 0.1})
+    assert log[-1]["loss"] < log[0]["loss"] and set(log[0]) == {"loss", "bt", "mc", "td"}
+    with pytest.raises(ValueError, match="unknown reward-model loss 'tcrm_typo'"):
+        train_reward_model(rm, tok, pairs, steps=1, loss="tcrm_typo")
     name = T.use_reward_model("test_tcrm_rm", rm)
-    policy = T.tiny_lm(tok, P, 0)
+    policy = study.tiny_lm(tok, P, 0)
     cfg = RLConfig(num_generations=2, prompts_per_step=2, max_completion_length=17, steps=1, progress=False,
                    reward="tcrm_score", reward_kwargs={"reward_model": name}, advantage_estimator="tcrm_gae",
                    advantage_kwargs={"reward_model": name}, whiten_advantages=True)
-    tr = Trainer(policy, tok, "dyck_walk", cfg, eval_examples=T.test_prompts())
+    tr = Trainer(policy, tok, "dyck_walk", cfg, eval_examples=study.test_prompts())
     m = tr.step()
     assert tr.value_model is None and np.isfinite(m["loss"])
     assert tr.state["tcrm_forward"]["name"] == name  # the reward's forward pass served the estimator
-    sep = Trainer(T.tiny_lm(tok, P, 0), tok, "dyck_walk", RLConfig(**{**cfg.__dict__, "advantage_estimator": "gae",
+    sep = Trainer(study.tiny_lm(tok, P, 0), tok, "dyck_walk", RLConfig(**{**cfg.__dict__, "advantage_estimator": "gae",
                                                                      "advantage_kwargs": {}}),
-                  eval_examples=T.test_prompts())
+                  eval_examples=study.test_prompts())
     sep.step()
-    assert T.state_bytes(sep)["total"] > T.state_bytes(tr)["total"]
+    assert study.state_bytes(sep)["total"] > study.state_bytes(tr)["total"]
 
 
 def test_pair_target_is_the_pair_posterior():
     # one prompt, exact Monte Carlo: draw mu-walks, keep one valid and one invalid per pair, and compare the
     # share of valid walks among the pair walks through a position with W there
-    ex = T.test_prompts()[0]
+    ex = study.test_prompts()[0]
     rng = np.random.default_rng(0)
-    walks = T.sample_walks([ex.prompt] * 4000, rng)
-    exact, _ = T.oracle_scores([ex] * len(walks), walks)
-    W = T.pair_target(exact)
+    walks = study.sample_walks([ex.prompt] * 4000, rng)
+    exact, _ = study.oracle_scores([ex] * len(walks), walks)
+    W = study.pair_target(exact)
     s = exact[0, 0]
     assert np.allclose(W[:, 0], 0.5)  # half the pair walks are valid, whatever s is
     v = exact[:, 1]
@@ -266,6 +274,6 @@ def test_pair_target_is_the_pair_posterior():
     if abs(s - 0.5) > 0.05:
         assert not np.allclose(W, exact)
     with pytest.raises(ValueError, match="s must lie"):
-        T.pair_target(np.array([[1.0, 1.0]]))
+        study.pair_target(np.array([[1.0, 1.0]]))
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
-        T.pair_target(np.array([[0.5, 1.5]]))
+        study.pair_target(np.array([[0.5, 1.5]]))

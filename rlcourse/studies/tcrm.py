@@ -1,24 +1,304 @@
-"""TCRM's experiments: the reward models on walk pairs, PPO with a separate or a unified critic, and their sizes
-(the method's losses and loop parts are in :mod:`rlcourse.methods.tcrm`).
+"""TCRM's experiments: the enumerated check of the regularisers' minimisers, the data policy's walks and
+preference pairs on ``dyck_walk``, the reward models' sizes, scores and metrics (middle-token accuracy,
+first-error F1, value R²), BT against TCRM on walk pairs, and PPO with a separate or a unified critic
+(the task, the losses and the loop parts are in :mod:`rlcourse.methods.tcrm`).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
+from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..lm.heads import ScalarHeadModel
+from ..lm.model import build_model
 from ..lm.sampling import sample
 from ..lm.tokenizer import build_tokenizer
-from ..methods.tcrm import (  # noqa: F401
-    DyckWalk, REWARD_MODELS, WALK_LENGTH, final_accuracy, first_dip, first_error_f1, middle_columns,
-    middle_token_accuracy, new_reward_model, oracle_scores, pair_target, pair_target_scores,
-    parse_prompt, rm_sizes, sample_walks, test_prompts, tiny_lm, train_tcrm, use_reward_model,
-    value_r2, walk_pairs, walk_scores, walk_truth,
+from ..methods.tcrm import (
+    MAX_PREFIX, MAX_START, REWARD_MODELS, WALK_LENGTH, DyckWalk, encode_walks, first_dip, parse_prompt,
+    token_values, use_reward_model, walk_values,
 )
 from ..profiles import Profile, profile as current_profile
+from ..supervised import train_reward_model
+from ..tasks import Example, _in_test_split
+
+
+# ---------------------------------------------------------------------------------------- walks and pairs
+def all_prompts() -> list[Example]:
+    """Every ``dyck_walk`` prompt (start height, valid prefix) as an example without demonstration."""
+    out = []
+    for h in range(MAX_START + 1):
+        for k in range(MAX_PREFIX + 1):
+            for bits in range(2 ** k):
+                prefix = format(bits, f"0{k}b") if k else ""
+                if first_dip(h, prefix) is None:
+                    out.append(Example(f"walk {h}:{prefix}>", str(WALK_LENGTH - k), "",
+                                       meta={"walk_prefix": (h, prefix)}))
+    return out
+
+
+def test_prompts() -> list[Example]:
+    """The held-out ``dyck_walk`` prompts (the task's test split)."""
+    return [e for e in all_prompts() if _in_test_split(e.prompt, DyckWalk.test_fraction)]
+
+
+def sample_walks(prompts: Sequence[str], rng: np.random.Generator) -> list[str]:
+    """One response per prompt from the data policy :math:`\\mu`: a fair coin for each remaining step."""
+    out = []
+    for p in prompts:
+        _, prefix = parse_prompt(p)
+        out.append("".join(rng.choice(["0", "1"], size=WALK_LENGTH - len(prefix))))
+    return out
+
+
+def walk_pairs(examples: Sequence[Example], n: int, rng: np.random.Generator, tries: int = 64) -> list[tuple]:
+    """``n`` preference pairs ``(example, valid walk, invalid walk)`` from the data policy, each on a
+    prompt drawn from ``examples``: two coin walks until one is valid and one is not."""
+    task, out = DyckWalk(), []
+    while len(out) < n:
+        ex = examples[int(rng.integers(len(examples)))]
+        good = bad = None
+        for _ in range(tries):
+            w = sample_walks([ex.prompt], rng)[0]
+            if task.score(w, ex).reward == 1.0:
+                good = good or w
+            else:
+                bad = bad or w
+            if good and bad:
+                out.append((ex, good, bad))
+                break
+    return out
+
+
+# ---------------------------------------------------------------------------------------- tabular truth
+def enumerate_sequences(vocab: int, length: int) -> np.ndarray:
+    """Every sequence over ``range(vocab)`` of ``length`` tokens, ``(vocab**length, length)``."""
+    return np.array(np.meshgrid(*[np.arange(vocab)] * length, indexing="ij")).reshape(length, -1).T
+
+
+def markov_probs(seqs: np.ndarray, init: np.ndarray, trans: np.ndarray) -> np.ndarray:
+    """Probability of each sequence under a Markov chain (``init (V,)``, ``trans (V,V)``)."""
+    p = init[seqs[:, 0]].copy()
+    for t in range(1, seqs.shape[1]):
+        p *= trans[seqs[:, t - 1], seqs[:, t]]
+    return p
+
+
+def conditional_expectations(seqs: np.ndarray, probs: np.ndarray, reward: np.ndarray) -> dict:
+    """Exact :math:`E[R \\mid h_t]` by enumeration for every prefix (a tuple) of length 0..T."""
+    out = {}
+    for t in range(seqs.shape[1] + 1):
+        keys = [tuple(s[:t]) for s in seqs]
+        num, den = {}, {}
+        for k, p, r in zip(keys, probs, reward):
+            num[k] = num.get(k, 0.0) + p * r
+            den[k] = den.get(k, 0.0) + p
+        out.update({k: num[k] / den[k] for k in num if den[k] > 0})
+    return out
+
+
+def fit_tabular(seqs: np.ndarray, probs: np.ndarray, reward: np.ndarray, kind: str, iters: int = 200) -> dict:
+    """Minimise the expected MC loss (``kind="mc"``, by L-BFGS) or run semi-gradient TD to its fixed
+    point (``kind="td"``, full-batch steps of step size 1 per prefix) for a table ``v`` over all
+    prefixes, terminal values fixed at the rewards; returns ``{prefix: v}``."""
+    if kind not in ("mc", "td"):
+        raise ValueError(f"kind must be 'mc' or 'td', got {kind!r}")
+    T = seqs.shape[1]
+    prefixes = sorted({tuple(s[:t]) for s in seqs for t in range(T)}, key=lambda k: (len(k), k))
+    idx = {k: i for i, k in enumerate(prefixes)}
+    rows = np.array([[idx[tuple(s[:t])] for t in range(T)] for s in seqs])  # (N, T)
+    w = torch.tensor(probs, dtype=torch.float64)
+    R = torch.tensor(reward, dtype=torch.float64)
+    v = torch.zeros(len(prefixes), dtype=torch.float64, requires_grad=True)
+    rows_t = torch.tensor(rows)
+    if kind == "mc":
+        opt = torch.optim.LBFGS([v], lr=1.0, max_iter=iters, tolerance_grad=1e-14, tolerance_change=1e-16,
+                                line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = (w[:, None] * (v[rows_t] - R[:, None]) ** 2).sum()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+    else:
+        mass = torch.zeros(len(prefixes), dtype=torch.float64).index_add_(0, rows_t.reshape(-1),
+                                                                          w[:, None].expand(-1, T).reshape(-1))
+        for _ in range(iters):
+            full = torch.cat([v[rows_t], R[:, None]], 1)  # (N, T+1): v(h_0..h_{T-1}), then R
+            target = full[:, 1:].detach()
+            loss = 0.5 * (w[:, None] * (full[:, :-1] - target) ** 2).sum()
+            grad, = torch.autograd.grad(loss, v)
+            with torch.no_grad():
+                v -= grad / mass  # step 1 per prefix: v(h) <- E[v(h') | h]
+    values = dict(zip(prefixes, v.detach().numpy().tolist()))
+    values.update({tuple(s): float(r) for s, r in zip(seqs, reward)})
+    return values
+
+
+# ---------------------------------------------------------------------------------------- models
+def rm_sizes(prof: Profile) -> dict:
+    """The reward model's and the data policy's sizes, and the experiment's budget, by profile."""
+    return dict(
+        hidden=32, intermediate=64, layers=prof.pick(1, 2), heads=2,
+        rm_steps=prof.pick(30, 400), rm_batch=prof.pick(16, 32), rm_lr=prof.pick(3e-3, 2e-3),
+        train_pairs=prof.pick(256, 4000), test_pairs=prof.pick(128, 1000), test_walks=prof.pick(128, 1000),
+        seeds=prof.seeds, lam_mc=0.1, lam_td=0.1,
+        policy_sft_steps=prof.pick(30, 300), ppo_steps=prof.pick(4, 40), ppo_prompts=prof.pick(4, 16),
+        ppo_generations=4, ppo_eval_every=prof.pick(2, 10), ppo_eval_walks=prof.pick(64, 256),
+        ppo_lr=prof.pick(1e-3, 3e-4),
+    )
+
+
+def tiny_lm(tokenizer, prof: Profile, seed: int):
+    """A ``LlamaForCausalLM`` of :func:`rm_sizes`' width (a smaller trunk than the profile's)."""
+    s = rm_sizes(prof)
+    small = dataclasses.replace(prof, lm_hidden=s["hidden"], lm_intermediate=s["intermediate"],
+                                lm_layers=s["layers"], lm_heads=s["heads"])
+    return build_model(tokenizer, small, seed=seed)
+
+
+def new_reward_model(tokenizer, prof: Profile, seed: int) -> ScalarHeadModel:
+    """A fresh reward model: a tiny trunk with a zero-initialised scalar head."""
+    return ScalarHeadModel.from_policy(tiny_lm(tokenizer, prof, seed))
+
+
+def walk_scores(model: ScalarHeadModel, tokenizer, examples, walks, batch: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Values ``(N, T+1)`` (float64, no gradient) and masks of walks under a reward model."""
+    vals, masks = [], []
+    with torch.no_grad():
+        for i in range(0, len(walks), batch):
+            ids, att, m = encode_walks(tokenizer, examples[i:i + batch], walks[i:i + batch])
+            v = token_values(model, ids, att, m.shape[1] - 1)
+            pad = WALK_LENGTH + 2 - v.shape[1]
+            vals.append(F.pad(v, (0, pad)).double().numpy())
+            masks.append(F.pad(m, (0, pad)).numpy())
+    return np.concatenate(vals), np.concatenate(masks)
+
+
+# ---------------------------------------------------------------------------------------- metrics
+def middle_columns(examples: Sequence[Example]) -> np.ndarray:
+    """The value column after half of each response's steps, ``(N,)``."""
+    return np.array([(WALK_LENGTH - len(parse_prompt(e.prompt)[1])) // 2 for e in examples])
+
+
+def middle_token_accuracy(v_pos: np.ndarray, v_neg: np.ndarray, cols: np.ndarray) -> float:
+    """Share of pairs whose preferred response scores higher after half its steps (ties count half).
+
+    ====== ============ =========================================
+    v_pos  ``(N,T+1)``  values of the preferred walks
+    v_neg  ``(N,T+1)``  values of the dispreferred walks
+    cols   ``(N,)``     the middle column of each pair
+    ====== ============ =========================================
+    """
+    a, b = v_pos[np.arange(len(cols)), cols], v_neg[np.arange(len(cols)), cols]
+    return float(np.mean((a > b) + 0.5 * (a == b)))
+
+
+def final_accuracy(v_pos, m_pos, v_neg, m_neg) -> float:
+    """Share of pairs whose preferred response has the higher final score (ties count half)."""
+    a = v_pos[np.arange(len(v_pos)), m_pos.sum(1).astype(int) - 1]
+    b = v_neg[np.arange(len(v_neg)), m_neg.sum(1).astype(int) - 1]
+    return float(np.mean((a > b) + 0.5 * (a == b)))
+
+
+def predicted_first_error(values: np.ndarray, steps: np.ndarray, tau: float) -> np.ndarray:
+    """First step ``j in 1..r`` whose value is below ``tau`` (0 = no error predicted), ``(N,)``;
+    ``values (N, T+1)``, ``steps (N,)`` the number of steps of each walk."""
+    cols = np.arange(values.shape[1])[None, :]
+    below = (values < tau) & (cols >= 1) & (cols <= steps[:, None])
+    return np.where(below.any(1), below.argmax(1), 0)
+
+
+def error_f1(pred: np.ndarray, truth: np.ndarray) -> float:
+    """ProcessBench's F1: harmonic mean of the exact-step accuracy on erroneous samples
+    (``truth > 0``) and of the accuracy on correct ones (``truth == 0``: predicting no error)."""
+    err, ok = truth > 0, truth == 0
+    if not err.any() or not ok.any():
+        raise ValueError("error_f1 needs both erroneous and correct samples")
+    a, b = float(np.mean(pred[err] == truth[err])), float(np.mean(pred[ok] == 0))
+    return 0.0 if a + b == 0 else 2 * a * b / (a + b)
+
+
+def first_error_f1(cal: tuple, test: tuple) -> tuple[float, float]:
+    """F1 on ``test`` with the threshold that maximises it on ``cal``; each is ``(values (N,T+1),
+    steps (N,), true first error (N,), 0 for none)``. Returns ``(F1, tau)``."""
+    v, steps, truth = cal
+    uniq = np.unique(v[:, 1:])
+    if len(uniq) > 400:
+        uniq = np.quantile(v[:, 1:], np.linspace(0, 1, 401))
+    taus = np.concatenate([[uniq[0] - 1.0], (uniq[1:] + uniq[:-1]) / 2, [uniq[-1] + 1.0]])
+    f1s = [error_f1(predicted_first_error(v, steps, t), truth) for t in taus]
+    tau = float(taus[int(np.argmax(f1s))])
+    tv, ts, tt = test
+    return error_f1(predicted_first_error(tv, ts, tau), tt), tau
+
+
+def value_r2(values: np.ndarray, exact: np.ndarray, steps: np.ndarray) -> float:
+    """Squared correlation between a model's values and the exact values :math:`V^\\mu(h_j)` over every
+    walk position ``j = 0..r`` (EOS excluded): the share of the exact value's variance that the best
+    affine map of the model's values explains (BT and TCRM pin the scale only up to such a map)."""
+    cols = np.arange(values.shape[1])[None, :]
+    keep = cols <= steps[:, None]
+    a, b = values[keep], exact[keep]
+    if a.std() == 0 or b.std() == 0:
+        return 0.0
+    return float(np.corrcoef(a, b)[0, 1] ** 2)
+
+
+def walk_truth(examples: Sequence[Example], walks: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, first error)`` of walks (first error counted within the response; 0 = none)."""
+    steps, truth = [], []
+    for e, w in zip(examples, walks):
+        h, prefix = parse_prompt(e.prompt)
+        t = first_dip(h, prefix + w)
+        steps.append(len(w))
+        truth.append(0 if t is None else t - len(prefix))
+    return np.array(steps), np.array(truth)
+
+
+def oracle_scores(examples, walks) -> tuple[np.ndarray, np.ndarray]:
+    """The exact value function in :func:`walk_scores`' layout (the ceiling of every metric)."""
+    v = np.stack([walk_values(e.prompt, w, WALK_LENGTH + 2) for e, w in zip(examples, walks)])
+    m = np.zeros_like(v)
+    for i, w in enumerate(walks):
+        m[i, :len(w) + 2] = 1
+    return v, m
+
+
+def pair_target(exact: np.ndarray) -> np.ndarray:
+    """The regularisers' actual target under the pair data: ``W(h) = P_pair(valid | h)``.
+
+    A pair is one valid and one invalid walk of :math:`\\mu` on the same prompt, so each prompt's walks
+    are half valid, half invalid, whatever its :math:`s = V^\\mu(h_0)`. By Bayes,
+    ``W = V (1 - s) / (V (1 - s) + (1 - V) s)``: the odds of :math:`V^\\mu` times ``(1 - s) / s``. It is
+    :math:`V^\\mu` only where ``s = 1/2``.
+
+    ======= ============ ==========================================================
+    exact   ``(N, T+1)`` the exact :math:`V^\\mu` along each walk (column 0: the prompt,
+                         whose value is ``s``), e.g. from :func:`oracle_scores`
+    return  ``(N, T+1)`` ``W`` at the same positions
+    ======= ============ ==========================================================
+    """
+    v = np.asarray(exact, float)
+    if v.ndim != 2 or np.any((v < 0) | (v > 1)):
+        raise ValueError("exact must be (N, T+1) values in [0, 1]")
+    s = v[:, :1]
+    if np.any((s <= 0) | (s >= 1)):
+        raise ValueError("a prompt with value 0 or 1 has no preference pair: s must lie in (0, 1)")
+    num = v * (1 - s)
+    return num / (num + (1 - v) * s)
+
+
+def pair_target_scores(examples, walks) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pair_target` in :func:`walk_scores`' layout (the regularisers' own ceiling)."""
+    v, m = oracle_scores(examples, walks)
+    return pair_target(v), m
 
 
 # ---------------------------------------------------------------------------------------- experiment
@@ -80,7 +360,8 @@ def rm_experiment(prof: Profile | None = None, seeds: int | None = None) -> dict
         for arm, (lm, lt) in arms.items():
             torch.manual_seed(seed)
             rm = new_reward_model(tok, prof, seed)
-            log = train_tcrm(rm, tok, data["pairs"], s["rm_steps"], s["rm_batch"], s["rm_lr"], lm, lt, seed=seed)
+            log = train_reward_model(rm, tok, data["pairs"], s["rm_steps"], s["rm_batch"], s["rm_lr"], seed=seed,
+                                     loss="tcrm", loss_kwargs={"lam_mc": lm, "lam_td": lt})
             res[arm].append(score_all(lambda e, w: walk_scores(rm, tok, e, w), data))
             if seed == 0:
                 models[arm], logs[arm] = rm, log
@@ -147,7 +428,6 @@ def ppo_experiment(rm: ScalarHeadModel, tokenizer, prof: Profile | None = None, 
     t0 = time.perf_counter()
     for seed in range(seeds):
         for arm, parts in arms.items():
-            import copy
             cfg = RLConfig(num_generations=s["ppo_generations"], prompts_per_step=s["ppo_prompts"],
                            max_completion_length=WALK_LENGTH + 1, steps=s["ppo_steps"], learning_rate=s["ppo_lr"],
                            reward="tcrm_score", reward_kwargs={"reward_model": name}, whiten_advantages=True,
