@@ -1,6 +1,6 @@
 """Seconds per GRPO step: TRL's GRPOTrainer vs rlcourse's Trainer, on CPU, with the same tiny model,
 prompts, group size (8 prompts x 8 samples), max_completion_length, optimiser (AdamW, same lr) and
-step count. Target: rlcourse takes at most half of TRL's time per step.
+step count. Target (issue 34): rlcourse takes at most 0.45 of TRL's time per step.
 
 The two trainers run in alternating rounds (TRL, rlcourse, TRL, ...), each from the same base
 weights, and each one's time per step is the median over all its measured steps, so that a drift in
@@ -19,6 +19,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+TARGET = 0.45  # rlcourse's seconds per step / TRL's, median of the rounds (issue 34)
 
 
 def main() -> int:
@@ -77,8 +79,8 @@ def main() -> int:
           f"({args.prompts} prompts x {args.generations} samples, <= {args.max_completion_length} new tokens, "
           f"median of {args.rounds} rounds x {args.steps} steps after {args.warmup} warm-up)")
     print(f"rlcourse stages (median s): rollout {stages['time_rollout']:.3f}, update {stages['time_update']:.3f}")
-    print(f"ratio rlcourse / TRL = {ratio:.2f}; target <= 0.5: {'MET' if ratio <= 0.5 else 'MISSED'}")
-    return 0 if ratio <= 0.5 else 1
+    print(f"ratio rlcourse / TRL = {ratio:.2f}; target <= {TARGET}: {'MET' if ratio <= TARGET else 'MISSED'}")
+    return 0 if ratio <= TARGET else 1
 
 
 class _Ex:

@@ -108,12 +108,17 @@ def test_shared_prefix_logprobs_equal_full_forward_with_gradients(tok, model):
                    generator=torch.Generator().manual_seed(2))
     first = torch.arange(len(PROMPTS)) * 3
     weights = torch.randn(batch.response_ids.shape, generator=torch.Generator().manual_seed(3)) * batch.response_mask
+    assert batch.lengths.min() < batch.response_len  # some rows are padded: packing them away is exercised
     results = []
-    for shared in (False, True):
+    for shared in (False, True, "lengths"):
         model.zero_grad()
         if shared:
+            lengths = batch.lengths if shared == "lengths" else None
             logp, ent = shared_prefix_logprobs(model, batch.prompt_ids[first], batch.prompt_mask[first], batch.index,
-                                               batch.response_ids, batch.temperature, return_entropy=True)
+                                               batch.response_ids, batch.temperature, return_entropy=True,
+                                               response_lengths=lengths)
+            if lengths is not None:  # nothing is computed after a row's length
+                assert not logp[batch.response_mask == 0].any() and not ent[batch.response_mask == 0].any()
         else:
             logp, ent = response_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_len,
                                           batch.temperature, return_entropy=True)
@@ -121,8 +126,9 @@ def test_shared_prefix_logprobs_equal_full_forward_with_gradients(tok, model):
         grads = torch.cat([p.grad.flatten() for p in model.parameters()])
         results.append((logp * batch.response_mask, ent * batch.response_mask, grads))
     model.zero_grad()
-    for full, shared in zip(*results):
+    for full, shared, packed in zip(*results):
         torch.testing.assert_close(shared, full, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(packed, full, atol=2e-5, rtol=1e-4)
 
 
 def test_shared_prefix_logprobs_errors(tok, model):
@@ -132,5 +138,8 @@ def test_shared_prefix_logprobs_errors(tok, model):
         shared_prefix_logprobs(model, ids, mask, torch.tensor([0, len(PROMPTS)]), resp)
     with pytest.raises(ValueError, match="shapes do not fit"):
         shared_prefix_logprobs(model, ids, mask, torch.tensor([0]), resp)
+    for bad in (torch.tensor([0, 3]), torch.tensor([1, 4]), torch.tensor([3])):
+        with pytest.raises(ValueError, match=r"response_lengths must be \(2,\) with values in \[1, 3\]"):
+            shared_prefix_logprobs(model, ids, mask, torch.tensor([0, 1]), resp, response_lengths=bad)
     with pytest.raises(ValueError, match="bias-free LlamaForCausalLM"):
         shared_prefix_logprobs(ScalarHeadModel.from_policy(model), ids, mask, torch.tensor([0, 1]), resp)

@@ -15,51 +15,102 @@ per-operation overhead dominates, so skipping the general machinery of ``LlamaFo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from transformers import LlamaForCausalLM
 
 
+# the projections whose weights the lean engine reads, per block of a decoder layer
+PROJECTIONS = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
+
+
 def lean_engine_supports(model: torch.nn.Module) -> bool:
-    """True for a ``LlamaForCausalLM`` without biases and with the default rotary embedding (what
-    :func:`~rlcourse.lm.build_model` makes)."""
+    """True for a ``LlamaForCausalLM`` without biases, with the default rotary embedding and plain
+    ``nn.Linear`` projections (what :func:`~rlcourse.lm.build_model` makes): the lean engine reads
+    their weights directly, so an adapter wrapped around a projection would be skipped."""
     if not isinstance(model, LlamaForCausalLM):
         return False
     cfg = model.config
+    plain = all(type(getattr(getattr(layer, block), name, None)) is torch.nn.Linear  # no adapter around one
+                for layer in model.model.layers for block, names in PROJECTIONS.items() for name in names)
     return (getattr(model.model.rotary_emb, "rope_type", "default") == "default" and not cfg.attention_dropout
-            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False))
+            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False) and plain)
+
+
+@dataclass
+class LeanLayer:
+    """One decoder layer's parameters for :func:`lean_forward` (plain tensors: no module lookups per pass).
+
+    ========== ================== ==============================================
+    qkv        ``(H D + 2 H_kv D, d)`` query, key and value projections stacked
+    o          ``(d, H D)``          attention output projection
+    gate_up    ``(2 F, d)``          gate and up projections of the MLP stacked
+    down       ``(d, F)``            MLP output projection
+    norm_in    (``(d,)``, float)     RMSNorm weight and epsilon before attention
+    norm_post  (``(d,)``, float)     RMSNorm weight and epsilon before the MLP
+    act        callable              the MLP's activation
+    ========== ================== ==============================================
+    """
+
+    qkv: torch.Tensor
+    o: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    norm_in: tuple[torch.Tensor, float]
+    norm_post: tuple[torch.Tensor, float]
+    act: Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
 class LeanWeights:
-    """The model's parameters laid out for decoding, built once per rollout (no gradient).
+    """The model's parameters laid out for decoding, built once per rollout (no gradient; the weight
+    sync of a real engine).
 
-    ========= =============================== =============================================
-    qkv       ``n_layers x (3 H D, d)``        query, key and value projections stacked
-    gate_up   ``n_layers x (2 F, d)``          gate and up projections of the MLP stacked
-    cos, sin  ``(L_max, D)``                   rotary angles of every position, scaled
-    ========= =============================== =============================================
+    ============== =============================== ===============================================
+    layers         ``n_layers`` x :class:`LeanLayer`
+    embed, lm_head ``(V, d)``                       token embeddings and output projection
+    norm           (``(d,)``, float)                final RMSNorm weight and epsilon
+    cos, sin       ``(L_max, D)``                   rotary angles of every position, scaled; ``sin``
+                                                    signed for :func:`rotate` (:func:`signed_sin`)
+    heads          int                              query heads ``H``
+    kv_heads       int                              key/value heads ``H_kv``
+    head_dim       int                              ``D``
+    scaling        float                            the attention's score scale
+    ============== =============================== ===============================================
     """
 
-    qkv: list[torch.Tensor]
-    gate_up: list[torch.Tensor]
+    layers: list[LeanLayer]
+    embed: torch.Tensor
+    lm_head: torch.Tensor
+    norm: tuple[torch.Tensor, float]
     cos: torch.Tensor
     sin: torch.Tensor
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scaling: float
 
     @classmethod
     @torch.no_grad()
     def from_model(cls, model: LlamaForCausalLM) -> "LeanWeights":
-        layers = model.model.layers
-        positions = torch.arange(model.config.max_position_embeddings, device=model.model.rotary_emb.inv_freq.device)
+        cfg, body = model.config, model.model
+        positions = torch.arange(cfg.max_position_embeddings, device=body.rotary_emb.inv_freq.device)
         cos, sin = rotary_angles(model, positions)
-        dtype = model.model.embed_tokens.weight.dtype
-        return cls(
-            qkv=[torch.cat([l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight])
-                 for l in layers],
-            gate_up=[torch.cat([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]) for l in layers],
-            cos=cos.to(dtype), sin=sin.to(dtype),
-        )
+        dtype = body.embed_tokens.weight.dtype
+        layers = [LeanLayer(
+            qkv=torch.cat([l.self_attn.q_proj.weight, l.self_attn.k_proj.weight, l.self_attn.v_proj.weight]),
+            o=l.self_attn.o_proj.weight, gate_up=torch.cat([l.mlp.gate_proj.weight, l.mlp.up_proj.weight]),
+            down=l.mlp.down_proj.weight, act=l.mlp.act_fn,
+            norm_in=(l.input_layernorm.weight, l.input_layernorm.variance_epsilon),
+            norm_post=(l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon),
+        ) for l in body.layers]
+        attn = body.layers[0].self_attn
+        return cls(layers=layers, embed=body.embed_tokens.weight, lm_head=model.lm_head.weight,
+                   norm=(body.norm.weight, body.norm.variance_epsilon), cos=cos.to(dtype),
+                   sin=signed_sin(sin).to(dtype), heads=cfg.num_attention_heads, kv_heads=cfg.num_key_value_heads,
+                   head_dim=attn.head_dim, scaling=attn.scaling)
 
 
 def rotary_angles(model: LlamaForCausalLM, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,6 +125,12 @@ def rotary_angles(model: LlamaForCausalLM, positions: torch.Tensor) -> tuple[tor
     freqs = positions[..., None].float() * rotary.inv_freq.float()
     angles = torch.cat((freqs, freqs), dim=-1)
     return angles.cos() * rotary.attention_scaling, angles.sin() * rotary.attention_scaling
+
+
+def signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """``(..., D)`` sines with the first half negated: what :func:`rotate` takes (see there)."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
 @dataclass
@@ -110,17 +167,21 @@ class KVCache:
         self.key_ok = self.key_ok.index_select(0, rows)
 
 
-def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``weight * x / sqrt(mean(x^2) + eps)`` over the last axis, computed in float32 (as Llama does)."""
     h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * (h if h.dtype == x.dtype else h.to(x.dtype))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Apply the rotary embedding to ``x`` of shape ``(B,H,n,D)``: pairs ``(i, i + D/2)`` rotate together."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    """Apply the rotary embedding to ``x`` ``(..., D)``: pairs ``(i, i + D/2)`` rotate together.
+
+    ``sin`` is signed (:func:`signed_sin`): Llama's ``rotate_half(x) * sin`` is
+    ``cat(-x2, x1) * sin``, which equals ``cat(x2, x1) * cat(-sin1, sin2)`` to the bit (a sign flip is
+    exact), and ``cat(x2, x1)`` is one ``roll``; the sign is paid once per rollout, not per layer.
+    """
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
 
 
 def lean_forward(model: LlamaForCausalLM, weights: LeanWeights, input_ids: torch.Tensor,
@@ -129,7 +190,8 @@ def lean_forward(model: LlamaForCausalLM, weights: LeanWeights, input_ids: torch
     and return the logits of the last one.
 
     A new token attends to the real tokens up to its own position; a padding token attends only to
-    itself, so that no row of the attention is empty (its output is never used).
+    itself, so that no row of the attention is empty (its output is never used). Only ``weights``
+    is read (``model`` names the architecture the weights came from).
 
     ========== =========== =======================================================
     weights    LeanWeights :meth:`LeanWeights.from_model` of the same model
@@ -154,21 +216,18 @@ def lean_forward(model: LlamaForCausalLM, weights: LeanWeights, input_ids: torch
         itself = key_pos[None, :] == query_pos[:, None]
         allowed = ((causal[None] & cache.key_ok[:, None, :end]) | itself[None])[:, None]  # (B, 1, n, end)
 
-    x = model.model.embed_tokens(input_ids)
-    cos, sin = weights.cos[positions][:, None], weights.sin[positions][:, None]  # (B, 1, n, D)
-    for i, layer in enumerate(model.model.layers):
-        attn = layer.self_attn
-        h = rms_norm(x, layer.input_layernorm)
-        q, k, v = F.linear(h, weights.qkv[i]).view(B, n, -1, attn.head_dim).transpose(1, 2).split(
-            [attn.config.num_attention_heads, cache.keys[i].shape[1], cache.keys[i].shape[1]], dim=1)
-        cache.keys[i][:, :, start:end] = rotate(k, cos, sin)
-        cache.values[i][:, :, start:end] = v
-        out = F.scaled_dot_product_attention(
-            rotate(q, cos, sin), cache.keys[i][:, :, :end], cache.values[i][:, :, :end], attn_mask=allowed,
-            scale=attn.scaling, enable_gqa=attn.num_key_value_groups > 1)
-        x = x + F.linear(out.transpose(1, 2).reshape(B, n, -1), attn.o_proj.weight)
-        h = rms_norm(x, layer.post_attention_layernorm)
-        gate, up = F.linear(h, weights.gate_up[i]).chunk(2, dim=-1)
-        x = x + F.linear(layer.mlp.act_fn(gate) * up, layer.mlp.down_proj.weight)
+    H, H_kv, D = weights.heads, weights.kv_heads, weights.head_dim
+    x = F.embedding(input_ids, weights.embed)
+    cos, sin = weights.cos[positions][:, :, None], weights.sin[positions][:, :, None]  # (B, n, 1, D)
+    for layer, keys, values in zip(weights.layers, cache.keys, cache.values):
+        qkv = F.linear(rms_norm(x, *layer.norm_in), layer.qkv).view(B, n, H + 2 * H_kv, D)
+        qk = rotate(qkv[:, :, :H + H_kv], cos, sin).transpose(1, 2)  # queries and keys rotated at once
+        keys[:, :, start:end] = qk[:, H:]
+        values[:, :, start:end] = qkv[:, :, H + H_kv:].transpose(1, 2)
+        out = F.scaled_dot_product_attention(qk[:, :H], keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
+                                             scale=weights.scaling, enable_gqa=H != H_kv)
+        x = x + F.linear(out.transpose(1, 2).reshape(B, n, H * D), layer.o)
+        gate, up = F.linear(rms_norm(x, *layer.norm_post), layer.gate_up).chunk(2, dim=-1)
+        x = x + F.linear(layer.act(gate) * up, layer.down)
     cache.length = end
-    return model.lm_head(rms_norm(x[:, -1], model.model.norm))
+    return F.linear(rms_norm(x[:, -1], *weights.norm), weights.lm_head)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from ..profiles import Profile, profile as current_profile
-from .engine import lean_engine_supports, rms_norm, rotary_angles, rotate
+from .engine import lean_engine_supports, rms_norm, rotary_angles, rotate, signed_sin
 
 
 def build_model(tokenizer: PreTrainedTokenizerBase, prof: Profile | None = None, seed: int = 0) -> LlamaForCausalLM:
@@ -209,25 +209,34 @@ def shared_prefix_logprobs(
     response_ids: torch.Tensor,
     temperature: float = 1.0,
     return_entropy: bool = False,
+    response_lengths: torch.Tensor | None = None,
 ):
-    """:func:`response_logprobs` for a batch whose rows share prompts, running each prompt once.
+    """:func:`response_logprobs` for a batch whose rows share prompts, running each prompt once and
+    no padding.
 
     The ``G`` responses of a prompt attend to the same prompt keys and values, which depend on the
     prompt alone (causal attention), so the prompt positions go through the model once per distinct
     prompt and their keys and values are copied to the prompt's responses; gradients flowing back
-    through the copies add up, as they would over ``G`` separate forward passes. The result equals
-    :func:`response_logprobs` on ``[prompt_ids[group] | response_ids]`` up to float rounding, at the
-    cost of ``N`` instead of ``B`` prompt rows. Runs a bias-free ``LlamaForCausalLM`` with the default
-    rotary embedding (:func:`rlcourse.lm.engine.lean_engine_supports`).
+    through the copies add up, as they would over ``G`` separate forward passes. Of the responses,
+    only the positions whose output scores a real token go through the layers (``t + 1 <
+    response_lengths``; the last real token scores nothing and the padding after it is never attended
+    by a real token): they are packed for the position-wise operations and laid out per row only for
+    the attention. The result equals :func:`response_logprobs` on ``[prompt_ids[group] |
+    response_ids]`` up to float rounding, on the real positions, at the cost of ``N`` instead of
+    ``B`` prompt rows and of the real response tokens instead of ``B x T``. Runs a bias-free
+    ``LlamaForCausalLM`` with the default rotary embedding
+    (:func:`rlcourse.lm.engine.lean_engine_supports`).
 
-    ============ ========== ==========================================================
-    prompt_ids   ``(N,P)``   distinct prompts, left-padded
-    prompt_mask  ``(N,P)``   1 on real prompt tokens
-    group        ``(B,)``    long, the row of ``prompt_ids`` that each response answers
-    response_ids ``(B,T)``   responses, right-padded
-    returns      ``(B,T)``   float32 log pi(y_t | x, y_<t) at ``temperature``
-    (entropy)    ``(B,T)``   entropy of the tempered next-token distribution
-    ============ ========== ==========================================================
+    ================ ========== ==========================================================
+    prompt_ids       ``(N,P)``   distinct prompts, left-padded
+    prompt_mask      ``(N,P)``   1 on real prompt tokens
+    group            ``(B,)``    long, the row of ``prompt_ids`` that each response answers
+    response_ids     ``(B,T)``   responses, right-padded
+    response_lengths ``(B,)``    real tokens of each response, in ``[1, T]`` (default: all ``T``);
+                                 the log-probs and entropies after them are returned as 0
+    returns          ``(B,T)``   float32 log pi(y_t | x, y_<t) at ``temperature``
+    (entropy)        ``(B,T)``   entropy of the tempered next-token distribution
+    ================ ========== ==========================================================
     """
     if not lean_engine_supports(model):
         raise ValueError(f"shared_prefix_logprobs runs a bias-free LlamaForCausalLM, not {type(model).__name__}")
@@ -239,38 +248,54 @@ def shared_prefix_logprobs(
     if len(group) and not (0 <= int(group.min()) and int(group.max()) < N):
         raise ValueError(f"group holds rows outside [0, {N})")
     device = prompt_ids.device
+    r_idx = torch.arange(T, device=device)
+    if response_lengths is None:
+        response_lengths = torch.full((B,), T, device=device)
+    elif response_lengths.shape != (B,) or bool(((response_lengths < 1) | (response_lengths > T)).any()):
+        raise ValueError(f"response_lengths must be ({B},) with values in [1, {T}], got "
+                         f"{response_lengths.tolist() if response_lengths.numel() <= 16 else tuple(response_lengths.shape)}")
+    # the response positions that go through the layers, as indices into the B*T grid; each scores the next token
+    fed = (r_idx < response_lengths[:, None] - 1).flatten().nonzero().squeeze(-1)  # (M,)
     ok = prompt_mask.bool()
     pos_p = position_ids_from_mask(prompt_mask)
-    pos_r = prompt_mask.sum(-1)[group][:, None] + torch.arange(T, device=device)
-    p_idx, r_idx = torch.arange(P, device=device), torch.arange(T, device=device)
+    pos_r = (prompt_mask.sum(-1)[group][:, None] + r_idx).flatten()[fed]
+    p_idx = torch.arange(P, device=device)
     # prompts: causal over real tokens (a padding query sees itself); responses: the whole real prompt
     # of their group, then causal over the response
     allowed_p = (((p_idx[None, :] <= p_idx[:, None])[None] & ok[:, None, :]) | (p_idx[None, :] == p_idx[:, None])[None])
     allowed_r = torch.cat([ok[group][:, None, :].expand(B, T, P), (r_idx[None, :] <= r_idx[:, None])[None].expand(B, T, T)], -1)
-    # every position-wise operation runs once on the packed rows [prompt tokens; response tokens]
+    # every position-wise operation runs once on the packed rows [prompt tokens; fed response tokens]
     NP = N * P
-    (cos_p, sin_p), (cos_r, sin_r) = rotary_angles(model, pos_p), rotary_angles(model, pos_r)
-    cos = torch.cat([cos_p.reshape(NP, -1), cos_r.reshape(B * T, -1)])[:, None]  # (NP + BT, 1, D)
-    sin = torch.cat([sin_p.reshape(NP, -1), sin_r.reshape(B * T, -1)])[:, None]
-    x = model.model.embed_tokens(torch.cat([prompt_ids.reshape(-1), response_ids.reshape(-1)]))  # (NP + BT, d)
-    gqa = model.config.num_attention_heads != model.config.num_key_value_heads
-
-    def split(t):  # (NP + BT, heads, D) -> prompt (N, heads, P, D) and responses (B, heads, T, D)
-        return t[:NP].view(N, P, -1, t.shape[-1]).transpose(1, 2), t[NP:].view(B, T, -1, t.shape[-1]).transpose(1, 2)
-
+    cos, sin = rotary_angles(model, torch.arange(P + T, device=device))  # a table of every position
+    positions = torch.cat([pos_p.flatten(), pos_r])
+    cos, sin = cos[positions][:, None], signed_sin(sin)[positions][:, None]  # (NP + M, 1, D)
+    x = model.model.embed_tokens(torch.cat([prompt_ids.flatten(), response_ids.flatten()[fed]]))  # (NP + M, d)
+    H, H_kv = model.config.num_attention_heads, model.config.num_key_value_heads
     for layer in model.model.layers:
-        attn = layer.self_attn
-        h = rms_norm(x, layer.input_layernorm)
-        q, k, v = (proj(h).view(len(h), -1, attn.head_dim) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-        (q_p, q_r), (k_p, k_r), (v_p, v_r) = split(rotate(q, cos, sin)), split(rotate(k, cos, sin)), split(v)
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv = F.linear(_rms(x, layer.input_layernorm),
+                       torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])).view(len(x), -1, attn.head_dim)
+        qkv = torch.cat([rotate(qkv[:, :H + H_kv], cos, sin), qkv[:, H + H_kv:]], 1)  # queries and keys rotated
+        prompt = qkv[:NP].view(N, P, -1, attn.head_dim).transpose(1, 2)  # (N, heads, P, D)
+        # responses laid out (B, heads, T, D); the positions not fed are zeros that no fed query attends to
+        resp = qkv.new_zeros(B * T, *qkv.shape[1:]).index_copy(0, fed, qkv[NP:]).view(B, T, -1, attn.head_dim)
+        (q_p, k_p, v_p), (q_r, k_r, v_r) = (t.split([H, H_kv, H_kv], 1) for t in (prompt, resp.transpose(1, 2)))
         o_p = F.scaled_dot_product_attention(q_p, k_p, v_p, attn_mask=allowed_p[:, None], scale=attn.scaling,
-                                             enable_gqa=gqa)
+                                             enable_gqa=H != H_kv)
         o_r = F.scaled_dot_product_attention(q_r, torch.cat([k_p[group], k_r], 2), torch.cat([v_p[group], v_r], 2),
-                                             attn_mask=allowed_r[:, None], scale=attn.scaling, enable_gqa=gqa)
-        x = x + attn.o_proj(torch.cat([o_p.transpose(1, 2).reshape(NP, -1), o_r.transpose(1, 2).reshape(B * T, -1)]))
-        x = x + layer.mlp(rms_norm(x, layer.post_attention_layernorm))
-    # the last prompt position scores the first response token; response position t scores token t+1
-    x_p, x_r = x[:NP].view(N, P, -1), x[NP:].view(B, T, -1)
-    hidden = torch.cat([x_p[group, -1:], x_r[:, :-1]], 1)
-    logits = model.lm_head(rms_norm(hidden, model.model.norm))
-    return _logprobs_and_entropy(logits, response_ids, temperature, return_entropy)
+                                             attn_mask=allowed_r[:, None], scale=attn.scaling, enable_gqa=H != H_kv)
+        x = x + attn.o_proj(torch.cat([o_p.transpose(1, 2).reshape(NP, -1), o_r.transpose(1, 2).reshape(B * T, -1)[fed]]))
+        gate, up = F.linear(_rms(x, layer.post_attention_layernorm),
+                            torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])).chunk(2, dim=-1)
+        x = x + mlp.down_proj(mlp.act_fn(gate) * up)
+    # the last prompt position scores the first response token; fed position t scores token t+1
+    hidden = torch.cat([x[:NP].view(N, P, -1)[group, -1], x[NP:]])  # (B + M, d)
+    scored = torch.cat([torch.arange(B, device=device) * T, fed + 1])
+    logits = model.lm_head(_rms(hidden, model.model.norm))
+    out = _logprobs_and_entropy(logits[None], response_ids.flatten()[scored][None], temperature, return_entropy)
+    grid = lambda v: v.new_zeros(B * T).index_copy(0, scored, v[0]).view(B, T)  # noqa: E731
+    return tuple(grid(v) for v in out) if return_entropy else grid(out)
+
+
+def _rms(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    return rms_norm(x, norm.weight, norm.variance_epsilon)

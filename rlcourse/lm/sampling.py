@@ -222,8 +222,8 @@ def encode_prompts(tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str]) -
 
 def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_tokens: int, engine: str):
     """Prefill the ``N`` distinct prompts; return the next-token logits of all ``B = N * G`` rows and
-    ``advance(tok, done) -> (B,V)``, which feeds one sampled token per row and returns the logits
-    that follow (rows already ``done`` get logits that the caller ignores).
+    ``advance(tok, done, n_done) -> (B,V)``, which feeds one sampled token per row and returns the
+    logits that follow (rows already ``done``, ``n_done`` of them, get logits that the caller ignores).
 
     The lean engine runs each prompt once and copies its keys and values to its ``G`` samples
     (prefix sharing), and drops finished rows from the decode batch once a quarter of them are done.
@@ -234,7 +234,7 @@ def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_token
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
         hf = {"cache": out.cache, "pos": positions[:, -1:], "attn": mask}
 
-        def advance_hf(tok, done):
+        def advance_hf(tok, done, n_done):
             hf["pos"] = hf["pos"] + 1
             hf["attn"] = torch.cat([hf["attn"], torch.ones_like(hf["attn"][:, :1])], dim=1)
             step = model(input_ids=tok[:, None], attention_mask=hf["attn"], position_ids=hf["pos"],
@@ -250,19 +250,21 @@ def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_token
     first = lean_forward(model, weights, ids, positions, mask.bool(), cache)
     per_row = torch.arange(N, device=ids.device).repeat_interleave(G)
     cache.select_rows(per_row)
-    lean = {"live": torch.arange(N * G, device=ids.device), "pos": positions[per_row, -1:]}
+    lean = {"live": torch.arange(N * G, device=ids.device), "pos": positions[per_row, -1:],
+            "ok": torch.ones(N * G, 1, dtype=torch.bool, device=ids.device)}
 
-    def advance_lean(tok, done):
+    def advance_lean(tok, done, n_done):
         live = lean["live"]
-        still = ~done[live]
-        if int(still.sum()) <= 0.75 * len(live):  # compact: decode only the rows still running
-            keep = still.nonzero().squeeze(-1)
+        # the rows outside `live` are all done, so B - n_done of the live rows still run (no sync needed)
+        if len(done) - n_done <= 0.75 * len(live):  # compact: decode only the rows still running
+            keep = (~done[live]).nonzero().squeeze(-1)
             cache.select_rows(keep)
-            live, lean["pos"] = live[keep], lean["pos"][keep]
+            live, lean["pos"], lean["ok"] = live[keep], lean["pos"][keep], lean["ok"][:len(keep)]
             lean["live"] = live
         lean["pos"] = lean["pos"] + 1
-        ok = torch.ones(len(live), 1, dtype=torch.bool, device=tok.device)
-        logits = lean_forward(model, weights, tok[live, None], lean["pos"], ok, cache)
+        if len(live) == len(done):  # no row dropped yet
+            return lean_forward(model, weights, tok[:, None], lean["pos"], lean["ok"], cache)
+        logits = lean_forward(model, weights, tok[live, None], lean["pos"], lean["ok"], cache)
         return logits.new_zeros(len(done), logits.shape[-1]).index_copy_(0, live, logits)
     return first.repeat_interleave(G, 0), advance_lean
 
@@ -361,8 +363,11 @@ def sample(
     logits, advance = _decoder(model, ids, mask, G, max_new_tokens, engine)
     tokens, logps, entropies, behaviour = [], [], [], []
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    # Per step only what depends on the step: masking the tokens, log-probs and entropies after each
+    # row's EOS is done once after the loop, and one sync (the count of finished rows) serves both the
+    # stop test and the decoder's compaction.
     for step in range(max_new_tokens):
-        logits = logits.float() / temp
+        logits = logits.float() if temp == 1.0 else logits.float() / temp  # x / 1 is x: skip the op
         logp_all = torch.log_softmax(logits, dim=-1)
         p_all = logp_all.exp()
         if greedy:
@@ -379,29 +384,31 @@ def sample(
         else:
             probs = p_all if top_k == 0 and top_p == 1.0 else torch.softmax(filter_logits(logits, top_k, top_p), dim=-1)
             tok = _draw(probs, draws)
-        tok = torch.where(done, torch.full_like(tok, pad), tok)
         tokens.append(tok)
-        logps.append(torch.where(done, torch.zeros_like(logits[:, 0]), logp_all.gather(-1, tok[:, None]).squeeze(-1)))
-        entropies.append(torch.where(done, torch.zeros_like(logits[:, 0]), -(p_all * logp_all).sum(-1)))
+        logps.append(logp_all.gather(-1, tok[:, None]).squeeze(-1))
+        entropies.append((p_all * logp_all).sum(-1))  # minus the entropy
         done = done | (tok == eos)
-        if bool(done.all()) or step == max_new_tokens - 1:
+        n_done = int(done.sum())
+        if n_done == B or step == max_new_tokens - 1:
             break
-        logits = advance(tok, done)
+        logits = advance(tok, done, n_done)
     if was_training:
         model.train()
 
-    response_ids = torch.stack(tokens, 1)
-    is_eos = (response_ids == eos).long()
-    # 1 up to and including the first EOS: count of EOS strictly before position t is zero
+    drawn = torch.stack(tokens, 1)  # after a row's EOS: whatever was drawn for it
+    is_eos = (drawn == eos).long()
+    # up to and including the first EOS: count of EOS strictly before position t is zero
     before = is_eos.cumsum(1) - is_eos
-    response_mask = (before == 0).float()
+    in_response = before == 0
+    response_mask = in_response.float()
+    response_ids = drawn.masked_fill(~in_response, pad)
     truncated = is_eos.sum(1) == 0
-    texts = tokenizer.batch_decode(response_ids.masked_fill(response_mask == 0, pad), skip_special_tokens=True)
+    texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
     extras = {"behaviour_logprob": torch.stack(behaviour, 1) * response_mask} if proposal is not None else {}
     return RolloutBatch(
         prompt_ids=ids.repeat_interleave(G, 0), prompt_mask=mask.repeat_interleave(G, 0), response_ids=response_ids, response_mask=response_mask,
-        logprobs=torch.stack(logps, 1) * response_mask,
+        logprobs=torch.where(in_response, torch.stack(logps, 1), 0.0),
         index=torch.arange(len(prompts), device=device).repeat_interleave(G),
         truncated=truncated, prompts=[p for p in prompts for _ in range(G)], texts=texts,
-        temperature=temp, entropy=torch.stack(entropies, 1) * response_mask, extras=extras,
+        temperature=temp, entropy=torch.where(in_response, -torch.stack(entropies, 1), 0.0), extras=extras,
     )
