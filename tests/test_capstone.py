@@ -475,6 +475,25 @@ def test_everything_that_can_be_checked_without_weights_is_checked_first(tmp_pat
         check_before_loading(capstone_config("smoke", model=str(qwen), lora_targets=("c_attn",)))
 
 
+def test_fsdp_needs_a_model_that_names_its_decoder_layers(monkeypatch):
+    from rlcourse.capstone import validate
+    from rlcourse.capstone.validate import check_before_loading
+
+    check_before_loading(capstone_config("smoke", parallel="fsdp"), processes=2)
+    real = validate.meta_model
+
+    def unnamed_layers(cfg):
+        model = real(cfg)
+        model._no_split_modules = None
+        return model
+
+    monkeypatch.setattr(validate, "meta_model", unnamed_layers)
+    check_before_loading(capstone_config("smoke", parallel="fsdp"), processes=1)  # one process shards nothing
+    check_before_loading(capstone_config("smoke", parallel="ddp"), processes=2)
+    with pytest.raises(ValueError, match="parallel = 'fsdp' shards a model by its decoder layers"):
+        check_before_loading(capstone_config("smoke", parallel="fsdp"), processes=2)
+
+
 def test_the_command_line_prints_one_line_for_bad_input(tmp_path, capsys):
     from rlcourse.capstone.cli import main
 
