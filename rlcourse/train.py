@@ -386,13 +386,15 @@ class Trainer:
             with torch.no_grad():
                 old_logprobs = response_logprobs(self.model, input_ids, attention_mask, T, batch.temperature,
                                                  micro_batch_size=mb) * mask
+        n_passes = self.dp.start_update(-(-len(live) // mb))  # DDP/FSDP may need more (rlcourse.distributed)
         # transformers re-kernelizes a model at every train()/eval() switch (about 1 ms a step at the
         # benchmark's size, measured with cProfile); the lean engine's Llama has no dropout, so its
         # forward is the same in both modes and it skips the switch
         if not lean_engine_supports(self.model):
             self.model.train()
         for _ in range(cfg.num_iterations):
-            for start in range(0, len(live), mb):
+            for i, start in enumerate(range(0, len(live), mb)):
+                self.dp.begin_pass(sync=i == n_passes - 1)
                 rows = live[start:start + mb]
                 logp = self._policy_logprobs(input_ids, attention_mask, prompt_len, batch.index, rows,
                                              batch.temperature, need_entropy)
@@ -430,6 +432,8 @@ class Trainer:
                     (cfg.vf_coef * vf_loss / n_micro).backward()
                     sums["vf_loss"] = sums.get("vf_loss", 0.0) + vf_loss.item() / n_micro
                     sums["vf_clipfrac"] = sums.get("vf_clipfrac", 0.0) + vf_clipfrac * share
+            for i in range(-(-len(live) // mb), n_passes):  # rows run out before the engine's passes do
+                self.dp.idle_pass(input_ids[:1], attention_mask[:1], sync=i == n_passes - 1)
             if len(live) == 0:  # every row skipped: the gradient is zero, and AdamW still steps its moments
                 for p in self.model.parameters():
                     if p.requires_grad and p.grad is None:

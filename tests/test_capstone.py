@@ -475,6 +475,25 @@ def test_everything_that_can_be_checked_without_weights_is_checked_first(tmp_pat
         check_before_loading(capstone_config("smoke", model=str(qwen), lora_targets=("c_attn",)))
 
 
+def test_fsdp_needs_a_model_that_names_its_decoder_layers(monkeypatch):
+    from rlcourse.capstone import validate
+    from rlcourse.capstone.validate import check_before_loading
+
+    check_before_loading(capstone_config("smoke", parallel="fsdp"), processes=2)
+    real = validate.meta_model
+
+    def unnamed_layers(cfg):
+        model = real(cfg)
+        model._no_split_modules = None
+        return model
+
+    monkeypatch.setattr(validate, "meta_model", unnamed_layers)
+    check_before_loading(capstone_config("smoke", parallel="fsdp"), processes=1)  # one process shards nothing
+    check_before_loading(capstone_config("smoke", parallel="ddp"), processes=2)
+    with pytest.raises(ValueError, match="parallel = 'fsdp' shards a model by its decoder layers"):
+        check_before_loading(capstone_config("smoke", parallel="fsdp"), processes=2)
+
+
 def test_the_command_line_prints_one_line_for_bad_input(tmp_path, capsys):
     from rlcourse.capstone.cli import main
 
@@ -511,3 +530,103 @@ def test_the_readme_run_toml_is_a_valid_full_profile_config(tmp_path):
     assert run["profile"] == "full" and run["output_dir"]
     assert cfg.dtype == "bfloat16" and cfg.gradient_checkpointing and cfg.rl["micro_batch_size"]
     assert cfg.rl["old_logprobs"] == "training"
+
+
+# ---------------------------------------------------------------- truncated importance sampling
+def _tis_inputs(B=3, T=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(B, T, generator=g) * 3).requires_grad_()
+    mask = (torch.rand(B, T, generator=g) > 0.2).float()
+    return logp, torch.randn(B, T, generator=g) * mask, mask
+
+
+def test_tis_with_equal_logprobs_is_exactly_the_vanilla_loss_and_gradient():
+    from rlcourse.capstone.tis import tis_policy_loss
+    from rlcourse.losses import compute_policy_loss
+
+    logp, adv, mask = _tis_inputs()
+    old = logp.detach() + 0.1 * torch.randn(logp.shape, generator=torch.Generator().manual_seed(1))
+    plain, _ = compute_policy_loss(old, logp, adv, mask, global_tokens=20.0)
+    (g_plain,) = torch.autograd.grad(plain, logp)
+    tis, metrics = tis_policy_loss(old, logp, adv, mask, rollout_log_prob=old.clone(), tis_cap=2.0, global_tokens=20.0)
+    (g_tis,) = torch.autograd.grad(tis, logp)
+    assert torch.equal(tis, plain) and torch.equal(g_tis, g_plain)
+    assert metrics["tis_weight_mean"] == 1.0 and metrics["tis_capped_frac"] == 0.0
+
+
+def test_tis_weights_are_capped_detached_and_scale_each_tokens_gradient():
+    from rlcourse.capstone.tis import tis_policy_loss, tis_weights
+    from rlcourse.losses import compute_policy_loss
+
+    logp, adv, mask = _tis_inputs()
+    old = logp.detach().clone().requires_grad_()
+    rollout = (logp.detach() + torch.linspace(-2, 2, logp.numel()).reshape(logp.shape)).requires_grad_()
+    w = tis_weights(old, rollout, cap=1.5)
+    raw = torch.exp(old - rollout).detach()
+    assert not w.requires_grad and w.max() == 1.5 and (w <= 1.5).all()
+    assert torch.equal(w[raw < 1.5], raw[raw < 1.5]) and (w[raw >= 1.5] == 1.5).all()
+    # on-policy (old = the forward itself, ratio 1: no clipping), each token's gradient is its weight times
+    loss, metrics = tis_policy_loss(logp.detach(), logp, adv, mask, rollout_log_prob=rollout.detach(), tis_cap=1.5)
+    (g,) = torch.autograd.grad(loss, logp)
+    (g0,) = torch.autograd.grad(compute_policy_loss(logp.detach(), logp, adv, mask)[0], logp)
+    assert torch.allclose(g, g0 * w, atol=1e-7) and not torch.allclose(g, g0)
+    assert 0 < metrics["tis_capped_frac"] < 1
+    with pytest.raises(ValueError, match="positive"):
+        tis_weights(old, rollout, cap=0.0)
+
+
+def test_tis_is_unbiased_for_the_training_policys_gradient_when_nothing_is_truncated():
+    """Monte Carlo on a 5-way categorical: tokens drawn from a rollout distribution q that differs from
+    the training policy pi. Weighted by pi/q, the mean gradient is -sum_y pi(y) A(y) grad log pi(y)
+    (the exact policy gradient of pi); unweighted, it is q's, which is measurably off."""
+    from rlcourse.capstone.tis import tis_policy_loss
+
+    torch.manual_seed(0)
+    theta = torch.tensor([0.5, -0.3, 0.1, 1.0, -1.0], requires_grad=True)
+    log_q = torch.log_softmax(theta.detach() + torch.tensor([0.6, -0.4, 0.3, -0.5, 0.2]), -1)
+    A = torch.tensor([1.0, -0.5, 2.0, 0.0, -1.5])
+    exact = torch.autograd.grad(-(torch.softmax(theta, -1) * A).sum(), theta)[0]
+    n = 400_000
+    y = torch.multinomial(log_q.exp(), n, replacement=True, generator=torch.Generator().manual_seed(1))
+
+    def mc(cap):
+        logp = torch.log_softmax(theta, -1)[y].unsqueeze(1)  # (n, 1): one token per sequence
+        loss, _ = tis_policy_loss(logp.detach(), logp, A[y].unsqueeze(1), torch.ones(n, 1),
+                                  rollout_log_prob=log_q[y].unsqueeze(1), tis_cap=cap)
+        return torch.autograd.grad(loss, theta)[0]
+
+    corrected = mc(1e9)  # a cap no weight reaches
+    assert torch.allclose(corrected, exact, atol=0.01), (corrected, exact)
+    assert (mc(1e-9).abs() < 1e-6).all()  # a cap near 0 weights every token by ~0
+    from rlcourse.losses import compute_policy_loss
+    logp = torch.log_softmax(theta, -1)[y].unsqueeze(1)
+    plain = torch.autograd.grad(compute_policy_loss(logp.detach(), logp, A[y].unsqueeze(1), torch.ones(n, 1))[0],
+                                theta)[0]
+    assert (plain - exact).abs().max() > 0.05  # without the weights: q's gradient, not pi's
+
+
+def test_capstone_tis_cap_trains_with_weights_from_the_samplers_logprobs(tiny_path):
+    from rlcourse.capstone.grpo_lora import tis_settings
+    from rlcourse.rollout import policy_sampler
+
+    with pytest.raises(ValueError, match='old_logprobs = "training"'):
+        capstone_config("smoke", tis_cap=2.0)
+    with pytest.raises(ValueError, match="positive"):
+        capstone_config("smoke", tis_cap=0.0, rl={"old_logprobs": "training"})
+    with pytest.raises(ValueError, match="parallel = 'zero3' is not an engine"):
+        capstone_config("smoke", parallel="zero3")
+    assert tis_settings(capstone_config("smoke")) == {}
+
+    def other_engine(model, tokenizer, prompts, config, generator, state):  # log-probs off by noise
+        batch = policy_sampler(model, tokenizer, prompts, config, generator, state)
+        noise = 0.3 * torch.randn(batch.logprobs.shape, generator=torch.Generator().manual_seed(0))
+        return replace(batch, logprobs=(batch.logprobs + noise) * batch.response_mask)
+
+    cfg = capstone_config("smoke", tis_cap=1.2, rl={"old_logprobs": "training", "sampler": other_engine})
+    settings = tis_settings(cfg)
+    assert settings["policy_loss"] == "tis" and settings["loss_kwargs"] == {"tis_cap": 1.2}
+    policy = add_lora(load_causal_lm(tiny_path)[0], r=2, alpha=4)
+    rl = RLConfig(**{**cfg.rl, **settings, "steps": 1, "entropy_coef": 0.01, "progress": False})
+    metrics = Trainer(policy, char_chat_tokenizer(), ReasoningGymMath("basic_arithmetic", **ARITH), rl,
+                      eval_examples=[]).step()
+    assert metrics["tis_weight_mean"] != 1.0 and 0 < metrics["tis_capped_frac"] < 1

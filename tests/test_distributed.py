@@ -266,3 +266,101 @@ def test_config_files_refuse_what_they_cannot_mean(tmp_path):
         read_config_file(listed)
     with pytest.raises(SystemExit):
         main(["train"])  # --config is required
+
+
+# ---------------------------------------------------------------------- DDP and FSDP engines
+LIVE_STEPS = {1: 3, 2: 5, 3: 3}  # step -> how many of the step's 5 prompts have rewards that differ
+MICRO_BATCH = 2
+
+
+def _engine_run(rank: int, world: int, port: int, out: str, parallel: str, steps: int, resume: bool = False) -> None:
+    """Train a LoRA adapter on a tiny Qwen2 for ``steps`` steps with beta = 0, in one process
+    (``world == 1``) or as one of ``world`` gloo processes under ``parallel``. Every step takes the
+    same 5 prompts (3 for rank 0, 2 for rank 1); only the first ``LIVE_STEPS[step]`` have rewards
+    that differ, so at steps 1 and 3 rank 1 has no live row at all. Micro-batches of 2 rows give
+    rank 0 three passes and rank 1 none or two."""
+    import torch.distributed as dist
+
+    from rlcourse.capstone import add_lora, build_tiny_qwen2, char_chat_tokenizer
+    from rlcourse.capstone.parallel import ParallelTrainer
+    from rlcourse.tasks import get_task
+    from rlcourse.train import RLConfig
+
+    torch.set_num_threads(1)
+    if world > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        tok = char_chat_tokenizer()
+        policy = add_lora(build_tiny_qwen2(tok, 32, 64, 2, 2, 1, 128, seed=1), r=4, alpha=8,
+                          target_modules=("q_proj", "v_proj"), seed=0)
+        pool = get_task("addition").examples(8, seed=0, split="train")
+        live = {step: {e.prompt for e in pool[:n]} for step, n in LIVE_STEPS.items()}
+
+        def first_prompts(pool, n):
+            return pool[:n]
+
+        def reward(batch, examples, task, state, step):  # alternating rewards within a live group
+            return [float(i % 2) if e.prompt in live[step] else 0.0 for i, e in enumerate(examples)]
+
+        cfg = RLConfig(steps=steps, prompts_per_step=5, num_generations=2, max_completion_length=5, beta=0.0,
+                       learning_rate=1e-2, micro_batch_size=MICRO_BATCH, reward=reward, prompt_sampler=first_prompts,
+                       sampler="policy_per_prompt", eval_prompts=0, progress=False, output_dir=out, save_every=1)
+        trainer = ParallelTrainer(policy, tok, "addition", cfg, parallel=parallel, train_examples=pool,
+                                  resume=resume)
+        trainer.train()
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+
+
+def _spawn(parallel: str, out: Path, steps: int, resume: bool = False) -> None:
+    import torch.multiprocessing as mp
+    mp.spawn(_engine_run, args=(2, _free_port(), str(out), parallel, steps, resume), nprocs=2, join=True)
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_engines_take_the_steps_of_one_process_and_resume_exactly(tmp_path, parallel):
+    """DDP and FSDP (torch's engines, gloo, 2 processes) reach the adapter of one process on the
+    whole batch after 3 steps, although rank 1 has no live row at steps 1 and 3 (beta = 0 skips
+    them) and the ranks run different numbers of micro-batches; and a run resumed from step 1's
+    checkpoint ends with the uninterrupted run's adapter."""
+    import shutil
+
+    from rlcourse.profiles import one_torch_thread
+
+    with one_torch_thread():
+        _engine_run(0, 1, 0, str(tmp_path / "one"), parallel, steps=3)
+    _spawn(parallel, tmp_path / "dp", steps=3)
+    one, dp = _adapter(tmp_path / "one" / "checkpoint-000003"), _adapter(tmp_path / "dp" / "checkpoint-000003")
+    start = _adapter(tmp_path / "one" / "checkpoint-000001")
+    assert one.keys() == dp.keys() and one
+    assert max(float((one[k] - start[k]).abs().max()) for k in one) > 1e-3  # steps 2 and 3 moved it
+    for key in one:
+        assert torch.allclose(dp[key], one[key], atol=1e-5, rtol=0), (key, float((dp[key] - one[key]).abs().max()))
+    history = [json.loads(line) for line in (tmp_path / "dp" / "metrics.jsonl").read_text().splitlines()]
+    assert [h["frac_rows_trained"] for h in history] == [0.5, 1.0, 0.5]  # averaged: rank 1 trains none, all, none
+    shutil.copytree(tmp_path / "dp" / "checkpoint-000001", tmp_path / "cut" / "checkpoint-000001")
+    _spawn(parallel, tmp_path / "cut", steps=3, resume=True)
+    resumed = _adapter(tmp_path / "cut" / "checkpoint-000003")
+    for key in dp:
+        assert torch.equal(resumed[key], dp[key]), key
+
+
+def test_optimizer_state_round_trips_between_indices_and_names_and_unknown_engines_are_refused():
+    from rlcourse.distributed import engage, optimizer_parameter_names, optimizer_state_by_index, \
+        optimizer_state_by_name
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(4, 2)).sum().backward()
+    opt.step()
+    names = optimizer_parameter_names(model, opt)
+    assert names == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    state = opt.state_dict()
+    by_name = optimizer_state_by_name(state, names)
+    assert set(by_name["state"]) == set(names) and by_name["param_groups"][0]["params"] == names
+    back = optimizer_state_by_index(by_name, names)
+    assert back["param_groups"] == state["param_groups"]
+    assert all(torch.equal(back["state"][i]["exp_avg"], state["state"][i]["exp_avg"]) for i in range(4))
+    with pytest.raises(ValueError, match=r"unknown parallel strategy 'zero3'; choose one of \['ddp', 'fsdp'\]"):
+        engage(model, opt, "zero3")

@@ -27,12 +27,15 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..distributed import current as current_group
+from ..distributed import PARALLEL, current as current_group
 from ..profiles import Profile, cache_dir, profile as current_profile
+from ..rollout import get_sampler
 from ..tasks import Example, Task, get_task
-from ..train import RLConfig, Trainer
+from ..train import RLConfig
 from .math_tasks import ChatTask, JsonlMathTask, ReasoningGymMath
 from .models import add_lora, build_tiny_qwen2, char_chat_tokenizer, load_causal_lm, save_tiny_qwen2
+from .parallel import ParallelTrainer
+from .tis import recording_rollout_logprobs
 
 BOXED_INSTRUCTION = " Think step by step, then give the final answer as \\boxed{<number>}."
 
@@ -56,6 +59,12 @@ class CapstoneConfig:
     eval_prompts           (0: no evaluation; data-parallel runs evaluate on rank 0)
     eval_samples, ks       samples per prompt ``n`` and the ``k`` of pass@k (each ``k <= n``)
     dtype, device          e.g. ``"bfloat16"``, ``"cuda"``; gradient_checkpointing on or off
+    parallel               with several processes, the engine that reduces the gradients: ``"ddp"``
+                           (every process holds the model) or ``"fsdp"`` (each holds a shard;
+                           :mod:`rlcourse.capstone.parallel`); one process ignores it
+    tis_cap                ``C`` of truncated importance sampling (:mod:`rlcourse.capstone.tis`):
+                           each token's term weighted by ``min(pi_old / pi_rollout, C)``; needs
+                           ``rl.old_logprobs = "training"`` and the ``vanilla`` policy loss; None: off
     ====================== =====================================================================
     """
 
@@ -85,6 +94,8 @@ class CapstoneConfig:
     dtype: str | None = None
     device: str | None = None
     gradient_checkpointing: bool = False
+    parallel: str = "ddp"
+    tis_cap: float | None = None
 
     def __post_init__(self):
         from .validate import type_errors
@@ -100,6 +111,17 @@ class CapstoneConfig:
         unknown = set(self.rl) - set(RLConfig.__dataclass_fields__)
         if unknown:
             raise ValueError(f"rl keys {sorted(unknown)} are not fields of RLConfig")
+        if self.parallel not in PARALLEL:
+            raise ValueError(f"parallel = {self.parallel!r} is not an engine; choose one of {sorted(PARALLEL)}")
+        if self.tis_cap is not None:
+            if not self.tis_cap > 0:
+                raise ValueError(f"tis_cap must be positive (the largest importance weight), got {self.tis_cap}")
+            if self.rl.get("old_logprobs", "sampler") != "training":
+                raise ValueError("tis_cap weights each token by pi_old / pi_rollout, which is 1 when the old "
+                                 "log-probs are the sampler's: set rl.old_logprobs = \"training\"")
+            if self.rl.get("policy_loss", "vanilla") != "vanilla":
+                raise ValueError(f"tis_cap weights the vanilla PPO loss; rl.policy_loss = "
+                                 f"{self.rl['policy_loss']!r} cannot take it")
 
 
 def capstone_config(prof: Profile | str | None = None, **overrides) -> CapstoneConfig:
@@ -240,6 +262,17 @@ def evaluate_pass_at_k(model, tokenizer, task: Task, examples: Sequence[Example]
     return out
 
 
+def tis_settings(cfg: CapstoneConfig) -> dict:
+    """The :class:`~rlcourse.train.RLConfig` keywords that turn truncated importance sampling on
+    (``cfg.tis_cap`` set): the ``"tis"`` policy loss with the cap, and the configured sampler
+    recording its log-probs for it. Empty when ``tis_cap`` is None."""
+    if cfg.tis_cap is None:
+        return {}
+    sampler = cfg.rl.get("sampler", "policy")
+    return {"policy_loss": "tis", "loss_kwargs": {**cfg.rl.get("loss_kwargs", {}), "tis_cap": cfg.tis_cap},
+            "sampler": recording_rollout_logprobs(get_sampler(sampler) if isinstance(sampler, str) else sampler)}
+
+
 def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | None = None, resume: bool = False,
                   seed: int = 0, progress: bool = True) -> dict:
     """Evaluate the base model, train a LoRA adapter with GRPO (the book's :class:`~rlcourse.train.Trainer`,
@@ -249,7 +282,9 @@ def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | No
     continues from the last one exactly.
 
     Under a launcher (:mod:`rlcourse.distributed`) each process trains on its share of every step's
-    prompts; rank 0 builds the tiny model, evaluates and writes checkpoints.
+    prompts, the engine ``cfg.parallel`` reducing the gradients (:class:`~rlcourse.capstone.parallel.ParallelTrainer`);
+    rank 0 builds the tiny model, evaluates and writes checkpoints. ``cfg.tis_cap`` turns truncated
+    importance sampling on (:func:`tis_settings`).
 
     Returns ``before`` and ``after`` (:func:`evaluate_pass_at_k`; ``None`` with ``eval_prompts=0``
     and on ranks other than 0), ``history`` (per-step metrics), ``info`` (model size, trainable
@@ -260,7 +295,7 @@ def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | No
     start = time.perf_counter()
     check_before_loading(cfg, processes=current_group().world_size)  # before any weights load
     model, tokenizer, task, info = prepare_base_model(cfg, progress=progress)
-    rl = RLConfig(**{"seed": seed, "progress": progress, **cfg.rl,
+    rl = RLConfig(**{"seed": seed, "progress": progress, **cfg.rl, **tis_settings(cfg),
                      **({"output_dir": str(output_dir)} if output_dir is not None else {})})
     group = current_group()
     eval_examples = task.examples(cfg.eval_prompts, seed=seed, split="test") if cfg.eval_prompts else []
@@ -274,8 +309,10 @@ def run_grpo_lora(cfg: CapstoneConfig | None = None, output_dir: str | Path | No
     before = evaluate(model)
     policy = add_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, target_modules=cfg.lora_targets, seed=seed)
     info["trainable"] = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    trainer = Trainer(policy, tokenizer, task, rl, eval_examples=eval_examples, resume=resume)
+    trainer = ParallelTrainer(policy, tokenizer, task, rl, parallel=cfg.parallel, eval_examples=eval_examples,
+                              resume=resume)
     trainer.train()
-    after = evaluate(policy)
+    with trainer.gathered():  # FSDP: every process gathers the weights, rank 0 evaluates
+        after = evaluate(policy)
     return {"before": before, "after": after, "history": trainer.history, "info": info, "trainer": trainer,
             "config": cfg, "seconds": time.perf_counter() - start, "is_main": group.is_main}

@@ -8,6 +8,8 @@ import typing
 
 import torch
 
+from .models import linear_module_names
+
 
 def matches_type(value, hint) -> bool:
     """Whether ``value`` fits the annotation ``hint``: ``int`` (not ``bool``), ``float`` (an ``int``
@@ -56,7 +58,9 @@ def check_before_loading(cfg, processes: int = 1) -> None:
     - ``processes`` can share ``prompts_per_step`` (at least one prompt each);
     - ``dtype`` names a torch dtype and ``device`` parses;
     - the task can be built (a reasoning-gym name and its ``task_config``; JSONL files exist);
-    - the LoRA targets are linear layers of the model, read from its config on the meta device.
+    - the LoRA targets are linear layers of the model, read from its config on the meta device;
+    - with ``parallel = "fsdp"`` and several processes, the model names its decoder layers
+      (``_no_split_modules``), the units FSDP shards it by.
     """
     from ..train import RLConfig
     from .grpo_lora import base_task
@@ -84,23 +88,26 @@ def check_before_loading(cfg, processes: int = 1) -> None:
     except (TypeError, ValueError, FileNotFoundError) as err:
         problems.append(f"task: {err}")
     try:
-        available = model_linear_names(cfg)
+        model = meta_model(cfg)
     except ValueError as err:
         problems.append(str(err))
     else:
+        available = linear_module_names(model)
         unknown = sorted(set(cfg.lora_targets) - set(available))
         if unknown:
             problems.append(f"LoRA targets {unknown} are not linear layers of {cfg.model!r}; it has {available}")
+        if cfg.parallel == "fsdp" and processes > 1 and not getattr(model, "_no_split_modules", None):
+            problems.append(f"parallel = 'fsdp' shards a model by its decoder layers, but {type(model).__name__} "
+                            "names none (_no_split_modules); use parallel = 'ddp'")
     if problems:
         raise ValueError("the capstone config cannot run: " + "; ".join(problems))
 
 
-def model_linear_names(cfg) -> list[str]:
-    """The linear layers' names (:func:`~rlcourse.capstone.models.linear_module_names`) of the
-    model ``cfg`` names, built from its config on the meta device (no weights read)."""
+def meta_model(cfg):
+    """The model ``cfg`` names, built from its config on the meta device (no weights read)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from .models import build_tiny_qwen2, cannot_load, char_chat_tokenizer, linear_module_names
+    from .models import build_tiny_qwen2, cannot_load, char_chat_tokenizer
 
     with torch.device("meta"):
         if cfg.model == "tiny":
@@ -112,4 +119,4 @@ def model_linear_names(cfg) -> list[str]:
             except OSError as err:
                 raise cannot_load(cfg.model, err) from err
             model = AutoModelForCausalLM.from_config(config)
-    return linear_module_names(model)
+    return model
