@@ -97,8 +97,17 @@ def test_lean_engine_errors(tok, model):
     assert lean_engine_supports(model) and not lean_engine_supports(head)
     with pytest.raises(ValueError, match="engine must be"):
         sample(model, tok, PROMPTS, engine="vllm")
-    with pytest.raises(ValueError, match="lean engine runs LlamaForCausalLM"):
+    with pytest.raises(ValueError, match="runs LlamaForCausalLM, not ScalarHeadModel"):
         sample(head, tok, PROMPTS, engine="lean")
+    # a forward hook would be skipped by the lean engine's direct weight reads: refused, by name
+    handle = model.model.layers[0].mlp.register_forward_hook(lambda module, args, out: out * 2)
+    try:
+        assert not lean_engine_supports(model)
+        with pytest.raises(ValueError, match=r"forward hooks on model\.layers\.0\.mlp"):
+            sample(model, tok, PROMPTS, engine="lean")
+    finally:
+        handle.remove()
+    assert lean_engine_supports(model)
 
 
 def test_shared_prefix_logprobs_equal_full_forward_with_gradients(tok, model):

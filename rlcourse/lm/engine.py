@@ -26,32 +26,51 @@ from transformers import LlamaForCausalLM
 PROJECTIONS = {"self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"), "mlp": ("gate_proj", "up_proj", "down_proj")}
 
 
-def lean_engine_supports(model: torch.nn.Module) -> bool:
-    """True for a ``LlamaForCausalLM`` without biases, with the default rotary embedding and plain
-    ``nn.Linear`` projections (what :func:`~rlcourse.lm.build_model` makes): the lean engine reads
-    their weights directly, so an adapter wrapped around a projection would be skipped."""
+def lean_engine_refusal(model: torch.nn.Module) -> str | None:
+    """Why the lean engine cannot run ``model``, or None when it can.
+
+    It runs a ``LlamaForCausalLM`` without biases or attention dropout, with the default rotary
+    embedding and plain ``nn.Linear`` projections (what :func:`~rlcourse.lm.build_model` makes), and
+    with no forward hook on any module: it reads the weights directly, so an adapter wrapped around a
+    projection, a hook that edits a module's output (R2PO's rollout head,
+    :mod:`rlcourse.methods.r2po`) or FSDP's unsharding pre-hooks would be skipped without a word.
+    """
     if not isinstance(model, LlamaForCausalLM):
-        return False
+        return f"it runs LlamaForCausalLM, not {type(model).__name__}"
     cfg = model.config
-    plain = all(type(getattr(getattr(layer, block), name, None)) is torch.nn.Linear  # no adapter around one
-                for layer in model.model.layers for block, names in PROJECTIONS.items() for name in names)
-    return (getattr(model.model.rotary_emb, "rope_type", "default") == "default" and not cfg.attention_dropout
-            and not getattr(cfg, "attention_bias", False) and not getattr(cfg, "mlp_bias", False) and plain)
+    if getattr(model.model.rotary_emb, "rope_type", "default") != "default":
+        return "it runs the default rotary embedding only"
+    if cfg.attention_dropout or getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+        return "it runs models without attention dropout or biases"
+    for layer in model.model.layers:
+        for block, names in PROJECTIONS.items():
+            for name in names:
+                if type(getattr(getattr(layer, block), name, None)) is not torch.nn.Linear:
+                    return f"{block}.{name} is not a plain nn.Linear (an adapter around it would be skipped)"
+    hooked = [name or "the model" for name, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+    if hooked:
+        return f"forward hooks on {', '.join(hooked[:3])} would be skipped"
+    return None
+
+
+def lean_engine_supports(model: torch.nn.Module) -> bool:
+    """True when the lean engine can run ``model`` (:func:`lean_engine_refusal` says why not)."""
+    return lean_engine_refusal(model) is None
 
 
 @dataclass
 class LeanLayer:
     """One decoder layer's parameters for :func:`lean_forward` (plain tensors: no module lookups per pass).
 
-    ========== ================== ==============================================
-    qkv        ``(H D + 2 H_kv D, d)`` query, key and value projections stacked
-    o          ``(d, H D)``          attention output projection
-    gate_up    ``(2 F, d)``          gate and up projections of the MLP stacked
-    down       ``(d, F)``            MLP output projection
-    norm_in    (``(d,)``, float)     RMSNorm weight and epsilon before attention
-    norm_post  (``(d,)``, float)     RMSNorm weight and epsilon before the MLP
-    act        callable              the MLP's activation
-    ========== ================== ==============================================
+    ========= ======================= ===========================================
+    qkv       ``(H D + 2 H_kv D, d)`` query, key and value projections stacked
+    o         ``(d, H D)``            attention output projection
+    gate_up   ``(2 F, d)``            gate and up projections of the MLP stacked
+    down      ``(d, F)``              MLP output projection
+    norm_in   (``(d,)``, float)       RMSNorm weight and epsilon before attention
+    norm_post (``(d,)``, float)       RMSNorm weight and epsilon before the MLP
+    act       callable                the MLP's activation
+    ========= ======================= ===========================================
     """
 
     qkv: torch.Tensor
@@ -68,17 +87,16 @@ class LeanWeights:
     """The model's parameters laid out for decoding, built once per rollout (no gradient; the weight
     sync of a real engine).
 
-    ============== =============================== ===============================================
-    layers         ``n_layers`` x :class:`LeanLayer`
-    embed, lm_head ``(V, d)``                       token embeddings and output projection
-    norm           (``(d,)``, float)                final RMSNorm weight and epsilon
-    cos, sin       ``(L_max, D)``                   rotary angles of every position, scaled; ``sin``
-                                                    signed for :func:`rotate` (:func:`signed_sin`)
-    heads          int                              query heads ``H``
-    kv_heads       int                              key/value heads ``H_kv``
-    head_dim       int                              ``D``
-    scaling        float                            the attention's score scale
-    ============== =============================== ===============================================
+    ============== ================================= =========================================================
+    layers         ``n_layers`` x :class:`LeanLayer` one entry per decoder layer
+    embed, lm_head ``(V, d)``                        token embeddings and output projection
+    norm           (``(d,)``, float)                 final RMSNorm weight and epsilon
+    cos, sin       ``(L_max, D)``                    rotary angles per position; ``sin`` by :func:`signed_sin`
+    heads          int                               query heads ``H``
+    kv_heads       int                               key/value heads ``H_kv``
+    head_dim       int                               ``D``
+    scaling        float                             the attention's score scale
+    ============== ================================= =========================================================
     """
 
     layers: list[LeanLayer]

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .engine import KVCache, LeanWeights, lean_engine_supports, lean_forward
+from .engine import KVCache, LeanWeights, lean_engine_refusal, lean_engine_supports, lean_forward
 from .model import position_ids_from_mask
 
 
@@ -339,9 +339,8 @@ def sample(
         raise ValueError("give either a proposal or top_k/top_p filtering, not both")
     if engine not in ("auto", "hf", "lean"):
         raise ValueError(f"engine must be 'auto', 'hf' or 'lean', got {engine!r}")
-    if engine == "lean" and not lean_engine_supports(model):
-        raise ValueError(f"the lean engine runs LlamaForCausalLM with default rotary embeddings, not "
-                         f"{type(model).__name__}; use engine='hf'")
+    if engine == "lean" and (why := lean_engine_refusal(model)) is not None:
+        raise ValueError(f"engine='lean' cannot run this model: {why}; use engine='hf' or 'auto'")
     ids, mask = encode_prompts(tokenizer, prompts)
     context = getattr(model.config, "max_position_embeddings", None)
     longest = int(mask.sum(-1).max())
