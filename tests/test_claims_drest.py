@@ -1,6 +1,6 @@
 """The DReST chapter's gridworld claims, run in the book profile over the toy seeds (slow: `pytest -m claims`).
 
-The verdicts come from rlcourse.control.drest.CLAIMS on the chapter's experiment; thresholds are the
+The verdicts come from rlcourse.studies.drest.CLAIMS on the chapter's experiment; thresholds are the
 claims' margins, fixed before the run. The book run of 5 Dec 2026 (5 seeds, t-interval rule, 1261 s on
 a loaded machine): PPO neutral +0.970 bits [0.937, 1.004] holds, PPO useful +0.099 holds, A2C neutral
 +0.415 [-0.241, 1.071] inconclusive, A2C useful +0.083 [0.051, 0.115] holds, normalisation +0.970
@@ -9,7 +9,7 @@ a loaded machine): PPO neutral +0.970 bits [0.937, 1.004] holds, PPO useful +0.0
 import pytest
 
 import rlcourse
-from rlcourse.control.drest import curve_facts, drest_verdicts, run_drest_experiment
+from rlcourse.studies.drest import curve_facts, drest_verdicts, run_drest_experiment
 
 
 @pytest.fixture(scope="module")

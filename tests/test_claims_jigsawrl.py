@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.systems import jigsaw_verdicts, run_jigsaw_experiment
+from rlcourse.studies.jigsawrl import jigsaw_verdicts, run_jigsaw_experiment, run_measured_jigsaw_experiment
 
 
 @pytest.mark.claims
@@ -27,7 +27,7 @@ def test_jigsaw_gain_grows_with_tail_weight():
     # the paper's claim at sigma = 1, from the chapter's claim objects: the look-ahead's throughput
     # exceeds the stage-level (verl-like) throughput (gain > 1 over the seeds' interval), and migration
     # with the look-ahead exceeds multiplexing alone; the abstract's "up to 1.85x" is a maximum over its
-    # set-ups, so it is no threshold here (see rlcourse.systems.claims)
+    # set-ups, so it is no threshold here (see rlcourse.studies.jigsawrl)
     verdicts = jigsaw_verdicts(out, sigma=1.0)
     assert verdicts["gain"].verdict == "holds", verdicts["gain"].sentence()
     assert verdicts["migration"].verdict == "holds", verdicts["migration"].sentence()
@@ -44,8 +44,7 @@ def test_jigsaw_claim_with_costs_measured_on_rlcourse_loop():
     vanishes with the tail and grows with it; it is smaller than with the synthetic costs, because
     training costs more per token relative to decoding (Amdahl); and the loop's own response lengths
     sit at the no-tail end of the axis."""
-    from rlcourse.systems import StageCosts, run_measured_jigsaw_experiment, sample_lengths, simulate, \
-        stage_rollout_share
+    from rlcourse.systems import StageCosts, sample_lengths, simulate, stage_rollout_share
 
     prof = rlcourse.profile("book")
     out = run_measured_jigsaw_experiment(prof)

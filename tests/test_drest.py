@@ -319,3 +319,24 @@ def test_drest_weights_per_row_m_and_invalid_match_the_scalar_reward():
         drest_weights(L, m, 1.5)
     with pytest.raises(ValueError, match="rows"):
         drest_weights(L, m[:2], 0.9)
+
+
+def test_drest_study_cells_do_not_depend_on_order():
+    """A cell of the chapter's grid gives the same numbers run last in the grid as run alone (each cell
+    seeds its own generators), and the grid rebuilds the chapter's dict arm by arm."""
+    import dataclasses
+
+    import rlcourse
+    from rlcourse.studies import run_study
+    from rlcourse.studies.drest import ARMS, drest_study, experiment_output, run_cell
+
+    study = drest_study(dataclasses.replace(rlcourse.profile("smoke"), toy_seeds=2))
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert (arm, seed) == (ARMS[-1], 1)
+    assert res.metrics[(arm, seed)] == run_cell(arm, seed, dict(study.sizes))
+    out = experiment_output(res)
+    cells = [(r["reward"] + "_" + r["algo"], r["seed"]) for r in out["runs"]]
+    assert cells == [(a, s) for a in ARMS for s in (0, 1)]
+    with pytest.raises(ValueError, match="the arms are.*default_ppo"):
+        run_cell("drest_sac", 0, dict(study.sizes))

@@ -5,10 +5,11 @@ import pytest
 import rlcourse
 from rlcourse.systems import (SCHEDULERS, StageCosts, bottom_levels, build_graph, decode_time,
                               exponential_idle_fraction, fit_decode_cost, list_schedule, lookahead_schedule,
-                              measure_stage_costs, migration_saving, resample_lengths, run_jigsaw_experiment,
+                              measure_stage_costs, migration_saving, resample_lengths,
                               sample_lengths, simulate, split_tail, stage_costs_from_seconds,
                               stage_rollout_share, sync_idle_fraction, tail_weight, time_decode_steps,
                               time_prefill)
+from rlcourse.studies.jigsawrl import run_jigsaw_experiment
 
 # Graham (1969), "Bounds on multiprocessing timing anomalies": nine tasks, list order T1..T9.
 GRAHAM_D = [3, 2, 2, 2, 4, 4, 4, 4, 9]
@@ -232,7 +233,7 @@ def test_sample_lengths_tail_weight():
 
 def test_determinism_and_bad_inputs():
     prof = rlcourse.profile("smoke")
-    a, b = run_jigsaw_experiment(prof), run_jigsaw_experiment(prof)
+    a, b = run_jigsaw_experiment(prof, cache=False), run_jigsaw_experiment(prof, cache=False)
     for s in SCHEDULERS:
         np.testing.assert_array_equal(a["throughput"][s], b["throughput"][s])
     with pytest.raises(ValueError, match="multiple"):
@@ -423,16 +424,16 @@ def test_simulator_modules_do_not_import_torch():
 
     code = ("import sys\n"
             "import rlcourse.systems.costs, rlcourse.systems.graph, rlcourse.systems.scheduler\n"
-            "import rlcourse.systems.simulator, rlcourse.systems.claims\n"
+            "import rlcourse.systems.simulator, rlcourse.studies.jigsawrl\n"
             "assert 'torch' not in sys.modules, 'a simulator module imported torch'\n"
-            "from rlcourse.systems import simulate, StageCosts, run_jigsaw_experiment, measure_stage_costs\n"
+            "from rlcourse.systems import simulate, StageCosts, measure_stage_costs\n"
             "assert 'torch' not in sys.modules, 'importing rlcourse.systems imported torch'\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 
 
 def test_jigsaw_verdicts_read_the_sweep_at_the_asked_tail_weight():
-    from rlcourse.systems import CLAIMS, jigsaw_verdicts
+    from rlcourse.studies.jigsawrl import CLAIMS, jigsaw_verdicts
 
     R = 5
     sweep = {"sigmas": np.array([0.0, 1.0]), "seconds": 1.0,
@@ -447,3 +448,21 @@ def test_jigsaw_verdicts_read_the_sweep_at_the_asked_tail_weight():
     assert at_zero.verdict == "inconclusive" and "no spread" in at_zero.sentence()
     with pytest.raises(ValueError, match="no tail weight"):
         jigsaw_verdicts(sweep, sigma=0.5)
+
+
+def test_jigsaw_study_cells_do_not_depend_on_order():
+    """A cell of the sweep's grid gives the same numbers run last in the grid as run alone (its draws come
+    from its own seed), and a bad arm names the schedulers."""
+    import dataclasses
+
+    from rlcourse.studies import run_study
+    from rlcourse.studies.jigsawrl import jigsaw_study, run_cell
+
+    study = jigsaw_study(dataclasses.replace(rlcourse.profile("smoke"), toy_seeds=2), seed=1)
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert (arm, seed) == ("lookahead", 1)
+    assert res.metrics[(arm, seed)] == run_cell(arm, seed, dict(study.sizes))
+    assert res.metrics[("stage", 0)] == run_cell("stage", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="the arms are the schedulers.*lookahead"):
+        run_cell("fifo", 0, dict(study.sizes))

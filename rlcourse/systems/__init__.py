@@ -24,7 +24,7 @@ The costs are :class:`StageCosts`: synthetic by default, or measured on rlcourse
 :func:`measure_stage_costs` (decode steps of :func:`rlcourse.lm.sample`, the per-token stage times
 that :class:`rlcourse.train.Trainer` logs, a prefill for migration), in units of one decode step.
 
-The model is a teaching reconstruction, not JigsawRL's own formulation (see the chapte
+The model is a teaching reconstruction, not JigsawRL's own formulation (see the chapter).
 
 The package is split along the simulator's seams; every module but :mod:`.measure` uses NumPy only,
 and :mod:`.measure` imports torch inside the functions that time the model, so importing the
@@ -34,30 +34,30 @@ simulator never loads torch:
 ``costs``      :class:`StageCosts`, rollout lengths, decode time, idle fractions, migration
 ``graph``      :class:`TaskGraph` and :func:`build_graph`
 ``scheduler``  bottom levels, :func:`list_schedule`, :func:`lookahead_schedule`
-``simulator``  :func:`simulate`, the chapter's sweep :func:`run_jigsaw_experiment`
-``claims``     the paper's claims and the verdicts of the sweep
-``measure``    stage costs measured on rlcourse's own loop (the LM), and the measured sweep
+``simulator``  :func:`simulate` and :func:`stage_rollout_share`
+``measure``    stage costs measured on rlcourse's own loop (the LM)
 =============  ==========================================================================
+
+The chapter's experiment (the sweeps over the tail weight, on the study runner) and the paper's
+claims are :mod:`rlcourse.studies.jigsawrl`.
 """
 from __future__ import annotations
 
 from .costs import (STAGES, StageCosts, decode_time, exponential_idle_fraction, fit_decode_cost,
                     migration_saving, resample_lengths, sample_lengths, split_tail, sync_idle_fraction,
                     tail_weight)
-from .claims import CLAIMS, jigsaw_verdicts
 from .graph import TaskGraph, build_graph
-from .measure import (MEASURED_STAGES, measure_stage_costs, run_measured_jigsaw_experiment,
-                      stage_costs_from_seconds, time_decode_steps, time_prefill, time_trainer_stages)
+from .measure import (MEASURED_STAGES, measure_stage_costs, stage_costs_from_seconds, time_decode_steps, time_prefill,
+                      time_trainer_stages)
 from .scheduler import Schedule, bottom_levels, list_schedule, lookahead_schedule
-from .simulator import (SCHEDULERS, SimResult, experiment_sizes, run_jigsaw_experiment, simulate,
-                        stage_rollout_share)
+from .simulator import SCHEDULERS, SimResult, simulate, stage_rollout_share
 
 __all__ = [
     "STAGES", "StageCosts", "decode_time", "exponential_idle_fraction", "fit_decode_cost", "migration_saving",
     "resample_lengths", "sample_lengths", "split_tail", "sync_idle_fraction", "tail_weight",
-    "CLAIMS", "jigsaw_verdicts", "TaskGraph", "build_graph",
-    "MEASURED_STAGES", "measure_stage_costs", "run_measured_jigsaw_experiment", "stage_costs_from_seconds",
+    "TaskGraph", "build_graph",
+    "MEASURED_STAGES", "measure_stage_costs", "stage_costs_from_seconds",
     "time_decode_steps", "time_prefill", "time_trainer_stages",
     "Schedule", "bottom_levels", "list_schedule", "lookahead_schedule",
-    "SCHEDULERS", "SimResult", "experiment_sizes", "run_jigsaw_experiment", "simulate", "stage_rollout_share",
+    "SCHEDULERS", "SimResult", "simulate", "stage_rollout_share",
 ]

@@ -1,14 +1,13 @@
 """Measured costs: the stage times of rlcourse's own RL loop (decode steps, Trainer stages, prefill),
 turned into the simulator's :class:`StageCosts`. Torch is imported inside the functions that time
-the model, so importing this module does not load it."""
+the model, so importing this module does not load it. The chapter's measured sweep is
+:func:`rlcourse.studies.jigsawrl.run_measured_jigsaw_experiment`."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..profiles import Profile, profile as current_profile
-from .costs import StageCosts, fit_decode_cost, resample_lengths, tail_weight
-from .simulator import SCHEDULERS, experiment_sizes, run_jigsaw_experiment, simulate
-
+from .costs import StageCosts, fit_decode_cost
 
 MEASURED_STAGES = ("reward", "ref", "train")
 
@@ -245,45 +244,3 @@ def measure_stage_costs(model, tokenizer, task, prof: Profile | None = None, tau
                "lengths": rollout.lengths.numpy().astype(np.int64), "truncated": float(rollout.truncated.float().mean()),
                "clipped": clipped, "seconds": time.perf_counter() - t0}
     return costs, details
-
-
-def run_measured_jigsaw_experiment(prof: Profile | None = None, seed: int = 0, task: str = "addition",
-                                   strength: str = "medium") -> dict:
-    """The chapter's sweep with stage costs measured on rlcourse's loop, and one run on its own lengths.
-
-    Loads the zoo's base model for ``task``, measures its :class:`StageCosts` under one torch thread
-    (:func:`measure_stage_costs`), reruns :func:`run_jigsaw_experiment` with them, and simulates the
-    four schedulers on bootstrap draws of the model's own response lengths rescaled to the sweep's
-    mean length (:func:`resample_lengths`).
-
-    ============== ============ ============================================================
-    costs          StageCosts   measured; ``synthetic`` holds the default ones for comparison
-    details        dict         raw timings, fits and lengths (:func:`measure_stage_costs`)
-    sweep          dict         :func:`run_jigsaw_experiment` with the measured costs
-    own_sigma      scalar       :func:`tail_weight` of the measured lengths
-    own_gain[s]    ``(R,)``      gain over ``stage`` on the rescaled measured lengths, per seed
-    ============== ============ ============================================================
-    """
-    import time
-
-    from ..lm.zoo import load_base_model
-    from ..profiles import one_torch_thread
-
-    prof = prof or current_profile()
-    t0 = time.perf_counter()
-    model, tokenizer = load_base_model(task, strength, prof=prof, progress=False)
-    with one_torch_thread():
-        costs, details = measure_stage_costs(model, tokenizer, task, prof, seed=seed)
-    sweep = run_jigsaw_experiment(prof, seed, costs=costs)
-    sz = experiment_sizes(prof)
-    shape = (sz["pipelines"], sz["iterations"], sz["batch"])
-    own_thr = {s: np.zeros(sz["seeds"]) for s in SCHEDULERS}
-    for r in range(sz["seeds"]):
-        lengths = resample_lengths(details["lengths"], shape, sz["mean_len"], sz["max_len"],
-                                   np.random.default_rng([seed, r, 1]))
-        for s in SCHEDULERS:
-            own_thr[s][r] = simulate(lengths, sz["workers"], costs, s, width=sz["width"]).throughput
-    return {"costs": costs, "synthetic": StageCosts(), "details": details, "sweep": sweep,
-            "own_sigma": tail_weight(details["lengths"]), "own_mean_len": float(np.mean(details["lengths"])),
-            "own_throughput": own_thr, "own_gain": {s: own_thr[s] / own_thr["stage"] for s in SCHEDULERS},
-            "seconds": time.perf_counter() - t0}
