@@ -11,9 +11,9 @@ def test_evpo_verdicts():
     """The book run of 5 Dec 2026 under the t-interval rule (8 seeds, 40 s): informative +0.0025 [0.0016,
     0.0034] holds; noise +0.0001 [-0.0003, 0.0005] inconclusive; gate +0.93 [0.91, 0.96] holds (the same
     verdicts as under the earlier rule). The 2% slack on the variance below is an allowance, not derived."""
-    from rlcourse.methods.evpo import evpo_verdicts, run_evpo_experiment
+    from rlcourse.studies.evpo import evpo_verdicts, run_evpo_experiment
     out = run_evpo_experiment(rlcourse.profile("book"))
-    v = evpo_verdicts(out)
+    v = evpo_verdicts(out["results"])
     # informative critic: EVPO beats the better fixed baseline (PPO here), the abstract's direction
     assert v["informative"].extra["better_arm"] == "ppo"
     assert v["informative"].verdict == "holds"
@@ -50,9 +50,9 @@ def test_otb_longwrong_verdicts():
     uninformative (OTB -0.028 [-0.031, -0.025]); at equal N and tokens the oracle beats the mean (holds)
     and OTB does not (-0.004 [-0.005, -0.003]). The earlier protocol (plain SGD at lr 3) is kept in
     out["sgd"]."""
-    from rlcourse.methods.otb_longwrong import otb_verdicts, run_longwrong_experiment
+    from rlcourse.studies.otb import otb_verdicts, run_longwrong_experiment
     out = run_longwrong_experiment(rlcourse.profile("book"))
-    v = otb_verdicts(out)
+    v = otb_verdicts(out["results"])
     # the rule chose its rate on seeds disjoint from the reported ones
     n = rlcourse.profile("book").toy_seeds
     assert out["choice"]["seeds"] == list(range(100, 100 + n)) and out["config"]["seeds"] == n

@@ -44,24 +44,47 @@ def test_one_batch_ev_predicts_a_fresh_batch_away_from_the_boundary():
         ev_out_of_sample([[0.1]])
 
 
-def test_verdicts_from_a_synthetic_run():
-    from rlcourse.methods.evpo import CLAIMS, evpo_verdicts
+def test_verdicts_from_a_synthetic_grid():
+    from rlcourse.studies.evpo import ARMS, CLAIMS, KEYS, arm_name, evpo_verdicts, run_cell
+    from rlcourse.studies.runner import Results, Study
     seeds, steps = 6, 60
     better = {"informative": "ppo", "noise": "grpo"}
-    per_seed, runs = {}, {}
+    study = Study(name="evpo", arms=ARMS, seeds=tuple(range(seeds)), run=run_cell, sizes={"steps": steps})
     rng = np.random.default_rng(0)
+    metrics = {}
     for critic in ("informative", "noise"):
         for m in ("ppo", "grpo", "evpo"):
             base = 0.8 + (0.02 if m == better[critic] else 0.0) + (0.03 if m == "evpo" else 0.0)
-            per_seed[(critic, m)] = base + 0.001 * rng.standard_normal(seeds)
-    use = np.zeros((seeds, steps))
-    for s in range(seeds):  # the gate opens between steps 18 and 23, a little differently on every seed
-        use[s, 18 + s:] = 1.0
-    runs[("informative", "evpo")] = {"use_critic": use}
-    v = evpo_verdicts({"per_seed": per_seed, "runs": runs, "seconds": 1.0})
+            for s in range(seeds):  # the gate opens between steps 18 and 23, a little differently on every seed
+                cell = {k: [0.0] * steps for k in KEYS}
+                cell["reward"] = [base + 0.001 * rng.standard_normal()] * steps
+                cell["use_critic"] = [float(t >= 18 + s) for t in range(steps)]
+                metrics[(arm_name(critic, m), s)] = cell
+    v = evpo_verdicts(Results(study=study, metrics=metrics, seconds={c: 1.0 for c in metrics}, cpu={}))
     assert v["informative"].verdict == "holds" and v["informative"].extra["better_arm"] == "ppo"
     assert v["noise"].verdict == "holds" and v["noise"].extra["better_arm"] == "grpo"
     assert v["gate"].verdict == "holds" and v["gate"].claim is CLAIMS["gate"]
+
+
+def test_study_cells_do_not_depend_on_the_grid_or_its_order():
+    """A cell run by the runner (on its own, in the grid, cached and read back) gives the numbers of the
+    same (arm, seed) run directly: each cell seeds its own generator."""
+    from rlcourse.studies.evpo import evpo_study, run_cell, run_evpo_experiment
+    from rlcourse.studies.runner import Study, run_study
+    P = rlcourse.profile("smoke")
+    study = evpo_study(P)
+    small = Study(name="evpo", arms=study.arms[::-1], seeds=(1, 0), run=run_cell, sizes=dict(study.sizes, steps=6))
+    res = run_study(small, jobs=1, cache=False)
+    for arm, seed in [("noise evpo", 1), ("informative ppo", 0)]:
+        direct = run_cell(arm, seed, dict(small.sizes))
+        assert res.metrics[(arm, seed)] == direct
+        log = run_evpo_bandit(arm.split()[1], arm.split()[0], seed=seed, **small.sizes)
+        assert np.array_equal(np.asarray(direct["ev"], dtype=float), log["ev"], equal_nan=True)
+    out = run_evpo_experiment(P, cache=False)
+    assert out["runs"][("informative", "evpo")]["reward"].shape == (len(study.seeds), study.sizes["steps"])
+    assert out["config"]["seeds"] == len(study.seeds) and out["seconds"] > 0
+    with pytest.raises(ValueError, match="informative ppo"):
+        run_cell("informative a2c", 0, dict(small.sizes))
 
 
 def test_kalman_variance_is_the_quadratic_and_gain_is_its_argmin():

@@ -4,10 +4,10 @@ import pytest
 
 import rlcourse
 from rlcourse.methods.otb import TabularAR, tabular_gradient_variance, tabular_oracle_nsr
-from rlcourse.methods.otb_longwrong import (CLAIMS, LongWrongTask, choose_longwrong_lr, longwrong_advantages,
-                                            longwrong_gradient, longwrong_nsr, longwrong_oracle_baseline,
-                                            longwrong_sample, longwrong_true_gradient, longwrong_value, otb_verdicts,
-                                            run_longwrong, run_longwrong_experiment)
+from rlcourse.methods.otb_longwrong import (LongWrongTask, longwrong_advantages, longwrong_gradient, longwrong_nsr,
+                                            longwrong_oracle_baseline, longwrong_sample, longwrong_true_gradient,
+                                            longwrong_value, run_longwrong)
+from rlcourse.studies.otb import CLAIMS, choose_longwrong_lr, otb_verdicts, run_longwrong_experiment
 
 
 def test_oracle_nsr_orders_and_scales_like_one_over_n():
@@ -73,8 +73,8 @@ def test_runs_are_deterministic_and_the_experiment_yields_verdicts():
         for k in a:
             assert np.array_equal(a[k], b[k])
         assert a["reward"].shape == (6,) and a["grad_norm"].shape == (5,) and a["tokens"][0] == 0
-    out = run_longwrong_experiment(rlcourse.profile("smoke"))
-    v = otb_verdicts(out)
+    out = run_longwrong_experiment(rlcourse.profile("smoke"), cache=False)
+    v = otb_verdicts(out["results"])
     assert set(v) == set(CLAIMS)
     # one seed: the controls are inconclusive, so the claims resting on them are uninformative
     assert {k: x.verdict for k, x in v.items()} == {"control": "inconclusive", "negative": "inconclusive",
@@ -113,3 +113,22 @@ def test_the_learning_rate_rule_takes_the_smallest_rate_where_the_oracle_matches
     assert ok and c["lr"] == ok[0] and abs(c["gaps"][0]) > 0.02  # 0.01 is too slow for the oracle to catch up
     with pytest.raises(ValueError, match="n_seeds"):
         choose_longwrong_lr(task, steps=5, n_seeds=0)
+
+
+def test_study_cells_do_not_depend_on_the_grid_or_its_order():
+    """A cell run by the runner (in a grid of other arms and seeds, in another order) gives the numbers of the
+    same (arm, seed) run directly: each cell seeds its own generator."""
+    from rlcourse.studies.otb import ARMS, longwrong_study, run_cell
+    from rlcourse.studies.runner import Study, run_study
+    study = longwrong_study(rlcourse.profile("smoke"), lr=0.1)
+    small = Study(name="otb-longwrong", arms=ARMS[::-1], seeds=(2, 0), run=run_cell, sizes=dict(study.sizes, steps=3))
+    res = run_study(small, jobs=1, cache=False)
+    for arm, seed in [("otb-4", 2), ("sgd mean-4 rescaled", 0)]:
+        direct = run_cell(arm, seed, dict(small.sizes))
+        assert res.metrics[(arm, seed)] == direct
+    adam = run_longwrong(LongWrongTask(), "otb", 4, 8 * 3, 0.1, 2)
+    assert res.metrics[("otb-4", 2)]["reward"] == adam["reward"].tolist()
+    sgd = run_longwrong(LongWrongTask(), "mean", 4, 3, 3.0 * (31 / 32) / (3 / 4), 0, optimizer="sgd")
+    assert res.metrics[("sgd mean-4 rescaled", 0)]["reward"] == sgd["reward"].tolist()
+    with pytest.raises(ValueError, match="oracle-4"):
+        run_cell("oracle-8", 0, dict(small.sizes))

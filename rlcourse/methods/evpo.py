@@ -8,8 +8,9 @@ baseline (GRPO, gain 0) are the two ends of :math:`b_K = \\bar R + K (V - \\bar 
 end has the smaller variance.
 
 Registers the advantage estimator ``"evpo"`` (it reads ``values``, so the trainer builds a critic).
-Also here: the closed forms the chapter derives (:func:`kalman_variance`, :func:`kalman_gain`) and the
-chapter's experiment on a multi-prompt bandit (:func:`run_evpo_experiment`).
+Also here: the closed forms the chapter derives (:func:`kalman_variance`, :func:`kalman_gain`), the toy
+trainer on a multi-prompt bandit (:func:`run_evpo_bandit`; the chapter's grid over it, its claims and
+verdicts are in :mod:`rlcourse.studies.evpo`), an out-of-sample check of the gate and one trainer run.
 """
 from __future__ import annotations
 
@@ -20,12 +21,10 @@ import torch
 
 from ..advantages import compute_gae_advantage_return, compute_grpo_outcome_advantage, register_estimator
 from ..ops import check_finite, check_same_shape, masked_var
-from ..claims import Claim, Verdict, evaluate
 from ..profiles import Profile, one_torch_thread
 
 __all__ = ["explained_variance_batch", "kalman_variance", "kalman_gain", "reward_to_go", "evpo_advantage",
-           "run_evpo_bandit", "run_evpo_experiment", "ev_out_of_sample", "CLAIMS", "evpo_verdicts",
-           "run_evpo_lm"]
+           "run_evpo_bandit", "ev_out_of_sample", "run_evpo_lm"]
 
 
 # ---------------------------------------------------------------------- closed forms
@@ -167,7 +166,7 @@ def evpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tenso
     return adv, gae_ret
 
 
-# ---------------------------------------------------------------------- the experiment
+# ---------------------------------------------------------------------- the toy trainer
 def run_evpo_bandit(method: str, critic: str, *, seed: int = 0, steps: int = 200, n_prompts: int = 200,
                     n_answers: int = 10, prompts_per_step: int = 64, group_size: int = 4, lr: float = 0.1,
                     critic_lr: float = 0.1, critic_init_std: float = 0.5) -> dict:
@@ -249,37 +248,6 @@ def run_evpo_bandit(method: str, critic: str, *, seed: int = 0, steps: int = 200
     return log
 
 
-def run_evpo_experiment(prof: Profile) -> dict:
-    """The chapter's claim: PPO, GRPO and EVPO on the bandit of :func:`run_evpo_bandit`, with an
-    informative critic and with a noise critic, over several seeds.
-
-    Returns ``{"config": dict, "runs": {(critic, method): {key: (seeds, steps) array}}}`` with the
-    keys of :func:`run_evpo_bandit`, plus ``"summary"``: for each (critic, method) the mean over seeds
-    of the final reward (mean of the last 10% of steps), of the advantage variance, and the fraction
-    of steps that used the critic.
-    """
-    cfg = dict(steps=prof.pick(smoke=30, book=200, full=400), n_prompts=200, n_answers=10, prompts_per_step=64,
-               group_size=4, lr=0.1, critic_lr=0.1, critic_init_std=0.5)
-    seeds = max(prof.toy_seeds, prof.pick(smoke=1, book=8, full=16))
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        runs = {}
-        for critic in ("informative", "noise"):
-            for method in ("ppo", "grpo", "evpo"):
-                logs = [run_evpo_bandit(method, critic, seed=s, **cfg) for s in range(seeds)]
-                runs[(critic, method)] = {k: np.stack([lg[k] for lg in logs]) for k in logs[0]}
-    tail = max(1, cfg["steps"] // 10)
-    summary = {key: {"final_reward": float(r["reward"][:, -tail:].mean()),
-                     "final_reward_se": float(r["reward"][:, -tail:].mean(1).std(ddof=1) / np.sqrt(seeds))
-                     if seeds > 1 else float("nan"),
-                     "adv_var": float(r["adv_var"].mean()),
-                     "critic_frac": float(r["use_critic"].mean())}
-               for key, r in runs.items()}
-    per_seed = {key: r["reward"][:, -tail:].mean(1) for key, r in runs.items()}
-    return {"config": dict(cfg, seeds=seeds), "runs": runs, "summary": summary, "per_seed": per_seed,
-            "seconds": time.perf_counter() - t0}
-
-
 # ---------------------------------------------------------------------- a check of the gate that can fail
 def ev_out_of_sample(sigmas, *, n_prompts: int = 200, batch: int = 256, trials: int = 400, seed: int = 0) -> dict:
     """Does the sign of EV on one batch predict which baseline has the smaller advantage variance on a
@@ -325,51 +293,6 @@ def ev_out_of_sample(sigmas, *, n_prompts: int = 200, batch: int = 256, trials: 
             agree[k] += gate == truth
     return {"sigma": sig, "use_critic": use / trials, "critic_better": better / trials, "agree": agree / trials,
             "sigma_star": float(np.sqrt(m.var()))}
-
-
-# ---------------------------------------------------------------------- the claims
-PAPER = "EVPO (Pan et al., 2026, arXiv:2604.19485)"
-SETTING = ("multi-prompt Bernoulli bandit: 200 prompts x 10 answers, tabular softmax policy, 64 prompts x G = 4 "
-           "answers per step, advantages whitened over the batch; tabular critic (rate 0.1, initial noise 0.5) "
-           "indexed by the prompt (informative) or by a random bucket (noise)")
-_OUTPERFORMS = ("EVPO consistently outperforms both PPO and GRPO regardless of which fixed baseline is stronger on "
-                "a given task (four tasks: classical control, agentic interaction, mathematical reasoning)")
-CLAIMS = {
-    "informative": Claim(
-        key="evpo/informative", paper=PAPER, source="abstract (arXiv v1)", statement=_OUTPERFORMS,
-        setting=SETTING + "; informative critic", metric="expected reward, mean of the last 10% of steps, per seed",
-        method="EVPO", baseline="better of PPO and GRPO", kind="greater", margin=0.0, unit="{:.4f}",
-        paper_number="not reproduced (the paper's tasks and models)"),
-    "noise": Claim(
-        key="evpo/noise", paper=PAPER, source="abstract (arXiv v1)", statement=_OUTPERFORMS,
-        setting=SETTING + "; noise critic", metric="expected reward, mean of the last 10% of steps, per seed",
-        method="EVPO", baseline="better of PPO and GRPO", kind="greater", margin=0.0, unit="{:.4f}",
-        paper_number="not reproduced (the paper's tasks and models)"),
-    "gate": Claim(
-        key="evpo/gate-tracks-critic", paper=PAPER, source="abstract (arXiv v1)",
-        statement="the adaptive gating tracks critic maturation over training",
-        setting=SETTING + "; informative critic that starts noisy",
-        metric="fraction of EVPO's steps on the critic branch, last 50 steps (method) vs first 10 (baseline)",
-        method="late critic fraction", baseline="early critic fraction", kind="greater", margin=0.5,
-        unit="{:.2f}", paper_number="qualitative"),
-}
-
-
-def evpo_verdicts(out: dict) -> dict[str, Verdict]:
-    """Evaluate :data:`CLAIMS` on the output of :func:`run_evpo_experiment`.
-
-    The "better of PPO and GRPO" is the arm with the higher mean over seeds in that setting, chosen
-    from the run and then paired with EVPO seed by seed.
-    """
-    ps, s = out["per_seed"], out["seconds"]
-    verdicts = {}
-    for critic in ("informative", "noise"):
-        best = max(("ppo", "grpo"), key=lambda m: float(ps[(critic, m)].mean()))
-        verdicts[critic] = evaluate(CLAIMS[critic], ps[(critic, "evpo")], ps[(critic, best)], seconds=s,
-                                    better_arm=best)
-    use = out["runs"][("informative", "evpo")]["use_critic"]
-    verdicts["gate"] = evaluate(CLAIMS["gate"], use[:, -50:].mean(1), use[:, :10].mean(1), seconds=s)
-    return verdicts
 
 
 # ---------------------------------------------------------------------- the estimator in the trainer

@@ -12,12 +12,12 @@ arXiv:2602.07078. For response ``i`` of a group and position ``t``:
 
 Registers the advantage estimator ``"otb"`` and the sampler ``"otb_policy"`` (the policy sampler plus
 one no-grad forward pass that records ``batch.extras["sum_pi_sq"]``, as verl's actor emits it). Also here: the
-chapter's exact-enumeration variance study, the proxy check on the tiny model, and
-:func:`run_otb_experiment`.
+tabular policy whose gradients are exact (:class:`TabularAR`), its gradient variance and oracle bound, and the
+true per-token gradient norms the proxy is checked against; the chapter's experiments that use them are in
+:mod:`rlcourse.studies.otb`.
 """
 from __future__ import annotations
 
-import copy
 import itertools
 
 import numpy as np
@@ -26,12 +26,11 @@ import torch
 from ..advantages import outcome_scores, register_estimator
 from ..lm.model import position_ids_from_mask
 from ..ops import as_index, check_finite, check_same_shape
-from ..profiles import Profile, one_torch_thread
 from ..rollout import policy_sampler, register_sampler
 
 __all__ = ["sum_pi_sq_from_logits", "logit_grad_energy", "otb_advantage", "otb_policy_sampler", "batch_sum_pi_sq",
            "response_sum_pi_sq", "per_token_param_grad_sq", "TabularAR", "tabular_gradient_variance",
-           "run_otb_experiment", "tabular_oracle_nsr"]
+           "tabular_oracle_nsr"]
 
 
 # ---------------------------------------------------------------------- the proxy
@@ -293,69 +292,6 @@ def tabular_gradient_variance(env: TabularAR, group_size: int, baseline: str, n_
     true = env.true_gradient()
     return {"total_var": total, "mean": mean, "nsr": total / float(mean @ mean),
             "cos": float(mean @ true / np.linalg.norm(mean) / np.linalg.norm(true))}
-
-
-# ---------------------------------------------------------------------- the experiment
-def _lm_curve(base, tok, estimator: str, G: int, steps: int, prompts: int, lr: float, seed: int,
-              eval_prompts: int) -> dict:
-    from ..train import RLConfig, Trainer
-    cfg = RLConfig(num_generations=G, prompts_per_step=prompts, max_completion_length=10, steps=steps,
-                   learning_rate=lr, advantage_estimator=estimator, seed=seed, progress=False,
-                   sampler="otb_policy" if estimator == "otb" else "policy", eval_every=steps,
-                   eval_prompts=eval_prompts, max_grad_norm=None)  # no clipping: spikes are what we look at
-    tr = Trainer(copy.deepcopy(base), tok, "addition", cfg)
-    hist = tr.train()
-    tokens = np.cumsum([h["response_length"] * prompts * G for h in hist])
-    return {"reward": np.array([h["reward"] for h in hist]), "tokens": tokens,
-            "grad_norm": np.array([h["grad_norm"] for h in hist]), "eval": hist[-1]["eval_greedy_accuracy"],
-            "seconds": float(sum(h["step_seconds"] for h in hist))}
-
-
-def run_otb_experiment(prof: Profile) -> dict:
-    """The chapter's claims, measured.
-
-    1. ``variance``: on the tabular policy (exact gradients), the noise-to-signal ratio, total
-       variance and cosine to the true gradient of the one-group gradient, for the group mean at
-       N = 4, 16, 32 and OTB at N = 4 (with and without the zero-tail rule) and 16.
-    2. ``proxy``: on the tiny addition model, true per-token parameter-gradient norms against the
-       logit-gradient proxy (Pearson and Spearman correlations).
-    3. ``curves``: RL on the addition model with the group mean (``dr_grpo``) at G = 4 and 16 and
-       OTB at G = 4, same prompts per step: reward per step, tokens generated, final greedy accuracy.
-    """
-    from ..lm import load_base_model, sample
-    with one_torch_thread():
-        env = TabularAR(max_len=5, seed=0)
-        n_groups = prof.pick(smoke=400, book=4000, full=20000)
-        variance = {}
-        for name, base, N, tail in [("mean-4", "mean", 4, True), ("otb-4", "otb", 4, True),
-                                    ("otb-4 (no tail rule)", "otb", 4, False), ("mean-16", "mean", 16, True),
-                                    ("otb-16", "otb", 16, True), ("mean-32", "mean", 32, True)]:
-            v = tabular_gradient_variance(env, N, base, n_groups=n_groups, seed=1, handle_zero_tail=tail)
-            variance[name] = {k: v[k] for k in ("total_var", "nsr", "cos")}
-        oracle = {N: tabular_oracle_nsr(env, N) for N in (4, 16, 32)}
-
-        base_model, tok = load_base_model("addition", "medium", progress=False)
-        gen = torch.Generator().manual_seed(0)
-        n_prompts = prof.pick(smoke=2, book=8, full=16)
-        prompts = [e.prompt for e in __import__("rlcourse").tasks.get_task("addition").examples(
-            n_prompts, seed=0, split="test")]
-        batch = sample(base_model, tok, prompts, num_generations=2, max_new_tokens=10, generator=gen)
-        true, proxy = per_token_param_grad_sq(base_model, batch, range(len(batch)))
-        rank = lambda x: np.argsort(np.argsort(x))  # noqa: E731
-        proxy_stats = {"true": true, "proxy": proxy, "pearson": float(np.corrcoef(true, proxy)[0, 1]),
-                       "spearman": float(np.corrcoef(rank(true), rank(proxy))[0, 1]),
-                       "ratio_cv": float(np.std(true / np.maximum(proxy, 1e-12)) /
-                                         np.mean(true / np.maximum(proxy, 1e-12)))}
-
-        steps = prof.pick(smoke=2, book=40, full=150)
-        prompts_per_step = prof.pick(smoke=2, book=16, full=32)
-        eval_prompts = prof.pick(smoke=8, book=256, full=512)
-        curves = {}
-        for name, est, G in [("grpo-4", "dr_grpo", 4), ("otb-4", "otb", 4), ("grpo-16", "dr_grpo", 16)]:
-            curves[name] = _lm_curve(base_model, tok, est, G, steps, prompts_per_step, 1e-4, 0, eval_prompts)
-    return {"variance": variance, "oracle": oracle, "proxy": proxy_stats, "curves": curves,
-            "config": {"n_groups": n_groups, "steps": steps, "prompts_per_step": prompts_per_step,
-                       "tabular_params": env.score.shape[-1], "tabular_responses": len(env.seqs)}}
 
 
 # ---------------------------------------------------------------------- the oracle bound on the tabular policy

@@ -4,23 +4,19 @@ Companion of :mod:`rlcourse.methods.otb` (Li et al., 2026, *The Optimal Token Ba
 On the tabular policy of that module no baseline can make N = 4 match N = 32 (see
 :func:`~rlcourse.methods.otb.tabular_oracle_nsr`), so a negative result there says nothing about OTB.
 :class:`LongWrongTask` is a tabular testbed where a response's gradient energy correlates with failure,
-the regime the paper's abstract describes; the chapter's claims about OTB are tested on it
-(:data:`CLAIMS`, :func:`otb_verdicts`), with an oracle baseline as the positive control.
+the regime the paper's abstract describes; the chapter's claims about OTB are tested on it, with an oracle
+baseline as the positive control (the grid, the learning-rate rule, the claims and their verdicts are in
+:mod:`rlcourse.studies.otb`).
 """
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 import torch
 
-from ..claims import Claim, evaluate
-from ..profiles import Profile
 from .otb import otb_advantage
 
 __all__ = ["LongWrongTask", "longwrong_value", "longwrong_true_gradient", "longwrong_oracle_baseline",
-           "longwrong_sample", "longwrong_advantages", "longwrong_gradient", "longwrong_nsr", "run_longwrong",
-           "choose_longwrong_lr", "run_longwrong_experiment", "CLAIMS", "otb_verdicts"]
+           "longwrong_sample", "longwrong_advantages", "longwrong_gradient", "longwrong_nsr", "run_longwrong"]
 
 
 # ---------------------------------------------------------------------- a testbed where loud answers are wrong
@@ -239,153 +235,3 @@ def run_longwrong(task: LongWrongTask, baseline: str, group_size: int, steps: in
         tokens.append(tokens[-1] + float(s["mask"].sum()))
         reward.append(float(longwrong_value(theta)[0].mean()))
     return {"reward": np.array(reward), "tokens": np.array(tokens), "grad_norm": np.array(gnorm)}
-
-
-LR_GRID = (0.03, 0.05, 0.07, 0.1, 0.15, 0.2)  # Adam learning rates the rule below chooses from
-SELECTION_SEEDS = 100  # the learning rate is chosen on seeds 100, 101, ...; the reported runs use 0, 1, ...
-
-
-def choose_longwrong_lr(task: LongWrongTask, steps: int, n_seeds: int, grid=LR_GRID, margin: float = 0.02,
-                        first_seed: int = SELECTION_SEEDS) -> dict:
-    """The rule that fixes the Adam learning rate before the reported runs, on seeds disjoint from them.
-
-    The smallest rate of ``grid`` at which the positive control can work: the oracle baseline with
-    N = 4 ends ``steps`` steps within ``margin`` of the group mean with N = 32, on average over the
-    ``n_seeds`` selection seeds ``first_seed, first_seed + 1, ...`` (the largest rate if none does). A larger
-    rate saturates every arm near reward 1, where no baseline can be told from another, so the
-    smallest qualifying rate is the one that leaves the most room to see a difference.
-
-    ======== ==================== ============================================
-    key      shape                meaning
-    ======== ==================== ============================================
-    lr       float                the chosen rate
-    gaps     ``(len(grid),)``     oracle-4 minus mean-32 at ``steps``, per rate
-    seeds    list                 the selection seeds
-    grid     tuple                the rates tried
-    ======== ==================== ============================================
-    """
-    if n_seeds < 1 or steps < 1:
-        raise ValueError(f"need n_seeds >= 1 and steps >= 1, got {n_seeds}, {steps}")
-    seeds = list(range(first_seed, first_seed + n_seeds))
-    gaps = []
-    for lr in grid:
-        at = {b: np.mean([run_longwrong(task, b, N, steps, lr, sd)["reward"][steps] for sd in seeds])
-              for b, N in (("oracle", 4), ("mean", 32))}
-        gaps.append(float(at["oracle"] - at["mean"]))
-    ok = [lr for lr, gap in zip(grid, gaps) if abs(gap) <= margin]
-    return {"lr": float(ok[0] if ok else grid[-1]), "gaps": np.array(gaps), "seeds": seeds, "grid": tuple(grid)}
-
-
-def run_longwrong_experiment(prof: Profile, sgd_lr: float = 3.0) -> dict:
-    """OTB against the group mean on :class:`LongWrongTask`, over ``prof.toy_seeds`` seeds (0, 1, ...).
-
-    1. ``nsr``: noise-to-signal ratio and cosine of one step's gradient at the initial policy for the
-       group mean (N = 4, 32), OTB (N = 4, with and without the zero-tail rule), the exact
-       variance-optimal per-context baseline (``oracle``, N = 4) and no baseline.
-    2. ``choice``: :func:`choose_longwrong_lr` on seeds 100, 101, ... (as many as the reported ones).
-    3. ``runs``: Adam on the logits at the chosen rate, no gradient clipping: the group mean with
-       N = 32 for ``steps`` steps; the group mean, OTB and the oracle with N = 4 for ``8 * steps``
-       steps (about the same tokens as N = 32). Per arm ``(seeds, ...)`` arrays of
-       :func:`run_longwrong`'s keys.
-    4. ``sgd``: the earlier protocol, plain SGD at ``sgd_lr`` for ``steps`` steps (mean-32, mean-4,
-       OTB-4, oracle-4), kept to show what a fixed SGD step does to the comparison, and
-       ``"mean-4 rescaled"``: the group mean at N = 4 with the rate multiplied by (31/32) / (3/4), which
-       equalises its expected step with N = 32's.
-    5. ``per_seed``: the claims' metrics (see :func:`otb_verdicts`).
-    """
-    import time
-    task = LongWrongTask()
-    seeds = prof.toy_seeds
-    steps = prof.pick(smoke=5, book=40, full=80)
-    t0 = time.perf_counter()
-    n_draws = prof.pick(smoke=50, book=500, full=4000)
-    nsr = {f"{b}-{N}": longwrong_nsr(task, N, b, n_draws=n_draws, seed=1)
-           for b, N in [("mean", 4), ("otb", 4), ("otb_tail", 4), ("oracle", 4), ("none", 4), ("mean", 32)]}
-    choice = choose_longwrong_lr(task, steps, seeds)
-    lr = choice["lr"]
-    arms = {"mean-32": ("mean", 32, steps), "mean-4": ("mean", 4, 8 * steps), "otb-4": ("otb", 4, 8 * steps),
-            "oracle-4": ("oracle", 4, 8 * steps)}
-    runs, sgd = {}, {}
-    for name, (b, N, S) in arms.items():
-        logs = [run_longwrong(task, b, N, S, lr, seed) for seed in range(seeds)]
-        runs[name] = {k: np.stack([lg[k] for lg in logs]) for k in logs[0]}
-        sgd[name] = np.array([run_longwrong(task, b, N, steps, sgd_lr, seed, optimizer="sgd")["reward"][steps]
-                              for seed in range(seeds)])
-    sgd["mean-4 rescaled"] = np.array([run_longwrong(task, "mean", 4, steps, sgd_lr * (31 / 32) / (3 / 4), seed,
-                                                     optimizer="sgd")["reward"][steps] for seed in range(seeds)])
-    per_seed = {"at_steps": {n: runs[n]["reward"][:, steps] for n in arms}, "auc": {}}
-    budget = np.minimum(runs["mean-4"]["tokens"][:, -1], runs["otb-4"]["tokens"][:, -1])
-    grid = np.linspace(0, 1, 201)
-    for n in ("mean-4", "otb-4", "oracle-4"):
-        r = runs[n]
-        per_seed["auc"][n] = np.array([np.interp(grid * budget[i], r["tokens"][i], r["reward"][i]).mean()
-                                       for i in range(seeds)])
-    return {"nsr": nsr, "runs": runs, "sgd": sgd, "choice": choice, "per_seed": per_seed,
-            "seconds": time.perf_counter() - t0,
-            "config": {"steps": steps, "lr": lr, "sgd_lr": sgd_lr, "seeds": seeds, "n_draws": n_draws, "K": task.K,
-                       "L": task.L, "V": task.V, "budget": budget}}
-
-
-# ---------------------------------------------------------------------- the claims
-PAPER = "OTB (Li et al., 2026, arXiv:2602.07078)"
-_SETTING = ("LongWrongTask: 8 prompts, tabular logits per (prompt, position), up to 16 tokens; right answers short "
-            "and confident, wrong ones long and high-entropy; Adam on the logits at a learning rate chosen on seeds "
-            "100+ by a rule fixed in advance, no gradient clipping; the logit-gradient proxy is exact here")
-_MATCH = ("Our method achieves training stability and matches the performance of large group sizes (N=32) with only "
-          "N=4, reducing token consumption by over 65%")
-_AT_STEPS = "exact expected reward after the same number of steps (8 prompts per step)"
-_AUC = "expected reward averaged over a common token budget (area under reward vs tokens / budget)"
-
-
-# what the two controls of the headline share: a baseline with N = 4 within 0.02 of the group mean with N = 32
-_VS_N32 = dict(paper=PAPER, setting=_SETTING, metric=_AT_STEPS, baseline="group mean, N=32", kind="equivalent",
-               margin=0.02, paper_number="-")
-CLAIMS = {
-    "match": Claim(key="otb/n4-matches-n32", paper=PAPER, source="abstract (arXiv v1)", statement=_MATCH,
-                   setting=_SETTING, metric=_AT_STEPS, method="OTB, N=4", baseline="group mean, N=32",
-                   kind="equivalent", margin=0.02, control="otb/control-oracle-n4-matches-n32",
-                   paper_number="matches N=32 (single-turn and tool-integrated reasoning)"),
-    "control": Claim(key="otb/control-oracle-n4-matches-n32", role="positive control", method="oracle baseline, N=4",
-                     source="positive control for the abstract's claim (not a claim of the paper)",
-                     statement="an unbiased baseline with N=4 can match N=32 on this testbed (the exact "
-                               "variance-optimal per-context baseline, an oracle)", **_VS_N32),
-    "negative": Claim(key="otb/negative-control-mean-n4-matches-n32", role="negative control", method="group mean, N=4",
-                      source="negative control for the abstract's claim (not a claim of the paper)",
-                      statement="the plain group mean with N=4 matches N=32 (it must not: otherwise any N=4 baseline "
-                                "matches and a 'matches' says nothing about OTB)", **_VS_N32),
-    "tokens-control": Claim(key="otb/control-oracle-beats-mean-equal-tokens", role="positive control", paper=PAPER,
-                            source="positive control for the token claim (not a claim of the paper)",
-                            statement="a better baseline learns faster than the group mean at equal N and equal tokens "
-                                      "on this testbed (the oracle)",
-                            setting=_SETTING, metric=_AUC, method="oracle baseline, N=4", baseline="group mean, N=4",
-                            kind="greater", margin=0.0, paper_number="-"),
-    "tokens": Claim(key="otb/equal-tokens", paper=PAPER, source="abstract (arXiv v1)",
-                    statement="reducing token consumption by over 65% (at equal tokens, OTB should learn faster "
-                              "than the group mean with the same N)",
-                    setting=_SETTING, metric=_AUC, method="OTB, N=4", baseline="group mean, N=4", kind="greater",
-                    margin=0.0, control="otb/control-oracle-beats-mean-equal-tokens",
-                    paper_number="> 65% fewer tokens"),
-}
-
-
-def otb_verdicts(out: dict) -> dict:
-    """Evaluate :data:`CLAIMS` on the output of :func:`run_longwrong_experiment`.
-
-    ``match`` rests on both controls: on the oracle's (``control`` must hold) through ``evaluate``, and on
-    the negative control (``negative`` must *not* hold: the plain mean at N = 4 must be shown not to match
-    N = 32); when the negative control's verdict is anything but "does not hold", ``match`` is
-    "uninformative" too, with the reason.
-    """
-    ps, s = out["per_seed"], out["seconds"]
-    a, auc = ps["at_steps"], ps["auc"]
-    v = {"control": evaluate(CLAIMS["control"], a["oracle-4"], a["mean-32"], seconds=s),
-         "negative": evaluate(CLAIMS["negative"], a["mean-4"], a["mean-32"], seconds=s),
-         "tokens-control": evaluate(CLAIMS["tokens-control"], auc["oracle-4"], auc["mean-4"], seconds=s)}
-    v["match"] = evaluate(CLAIMS["match"], a["otb-4"], a["mean-32"], seconds=s, control=v["control"])
-    if v["match"].verdict != "uninformative" and v["negative"].verdict != "does not hold":
-        v["match"] = replace(v["match"], verdict="uninformative", reason=(
-            f"its negative control {CLAIMS['negative'].key} came out {v['negative'].verdict!r}, not 'does not hold', "
-            f"so a plain N=4 baseline was not shown to fall short; the interval alone would say "
-            f"{v['match'].verdict!r}"))
-    v["tokens"] = evaluate(CLAIMS["tokens"], auc["otb-4"], auc["mean-4"], seconds=s, control=v["tokens-control"])
-    return v
