@@ -1,8 +1,9 @@
 """Any registered part of the loop combines with any other: one Trainer step per combination.
 
 The five kinds of parts (samplers, prompt samplers, rewards, advantage estimators, policy losses) are
-read from their registries after importing :mod:`rlcourse.methods`, and the candidate tasks from the
-task registry, so a part or a task a chapter registers joins this test without editing it. Each step
+read from their registries after importing :mod:`rlcourse.methods` and :mod:`rlcourse.capstone`, and
+the candidate tasks from the task registry, so a part or a task a chapter registers joins this test
+without editing it. Each step
 runs :class:`~rlcourse.train.Trainer` with the smoke ``addition`` base model (the tokenizer is one
 character per token, so the model can answer any task's prompts, if badly).
 
@@ -46,6 +47,8 @@ import pytest
 import torch
 
 import rlcourse
+import rlcourse.capstone  # noqa: F401 - registers the capstone's parts (the "tis" loss, its sampler), so
+#   they are tested whichever test file imported them first
 from rlcourse.advantages import ESTIMATORS
 from rlcourse.data import PROMPT_SAMPLERS
 from rlcourse.lm.zoo import load_base_model

@@ -19,6 +19,7 @@ correction and TRL's ``vllm_importance_sampling_cap`` are the same idea).
 ``"tis"`` (policy-loss registry)    PPO's clipped loss with each token's advantage times its weight
 :func:`recording_rollout_logprobs`  a sampler that also hands its log-probs to the loss, as
                                     ``batch.extras["rollout_log_prob"]``
+``"policy_recording"`` (samplers)   ``"policy"`` so wrapped
 ==================================  ==============================================================
 
 With ``RLConfig(old_logprobs="sampler")`` the old log-probs *are* the rollout's and every weight is
@@ -35,6 +36,7 @@ import torch
 
 from ..losses import compute_policy_loss, register_policy_loss
 from ..ops import masked_mean
+from ..rollout import policy_sampler, register_sampler
 
 
 def tis_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float) -> torch.Tensor:
@@ -57,10 +59,10 @@ def tis_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap:
 
 @register_policy_loss("tis")
 def tis_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                    response_mask: torch.Tensor, rollout_log_prob: torch.Tensor, tis_cap: float = 2.0,
-                    clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2, clip_ratio_c: float | None = None,
-                    loss_agg_mode: str = "token-mean", *, global_tokens: float | None = None,
-                    global_seqs: float | None = None, max_len: int | None = None):
+                    response_mask: torch.Tensor, clip_ratio_low: float = 0.2, clip_ratio_high: float = 0.2,
+                    clip_ratio_c: float | None = None, loss_agg_mode: str = "token-mean", *,
+                    rollout_log_prob: torch.Tensor | None = None, tis_cap: float = 2.0,
+                    global_tokens: float | None = None, global_seqs: float | None = None, max_len: int | None = None):
     """The ``vanilla`` PPO loss (:func:`~rlcourse.losses.compute_policy_loss`) with each token's term
     weighted by :func:`tis_weights`. A weight is positive, so scaling the advantage scales the
     clipped term alike: ``max(-wA r, -wA clip(r)) = w max(-A r, -A clip(r))``. Equal log-probs give
@@ -68,11 +70,14 @@ def tis_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantag
     ``tis_capped_frac`` (the share of tokens whose weight the cap cut).
 
     ================ ========= =====================================
-    rollout_log_prob ``(B,T)`` the sampler's log-probs (``batch.extras``)
+    rollout_log_prob ``(B,T)`` the sampler's log-probs (``batch.extras``; required)
     tis_cap          scalar    ``C``, from ``loss_kwargs``
     (the rest)                 as :func:`~rlcourse.losses.compute_policy_loss`
     ================ ========= =====================================
     """
+    if rollout_log_prob is None:  # without them every weight would silently be 1
+        raise ValueError("the 'tis' loss needs the sampler's log-probs as batch.extras['rollout_log_prob']: use "
+                         "sampler='policy_recording', or wrap a sampler with recording_rollout_logprobs")
     weights = tis_weights(old_log_prob, rollout_log_prob, tis_cap)
     loss, metrics = compute_policy_loss(old_log_prob, log_prob, advantages * weights, response_mask, clip_ratio_low,
                                         clip_ratio_high, clip_ratio_c, loss_agg_mode, global_tokens=global_tokens,
@@ -94,3 +99,6 @@ def recording_rollout_logprobs(sampler):
         batch = sampler(*args, **kwargs)
         return dataclasses.replace(batch, extras={**batch.extras, "rollout_log_prob": batch.logprobs})
     return recording
+
+
+register_sampler("policy_recording")(recording_rollout_logprobs(policy_sampler))
