@@ -226,3 +226,25 @@ def test_expected_loss_ascent_fixed_points():
     fwd = exact_ascent(lambda t: regularised_objective(t, logref, means, beta, "forward"), logref, steps=1500, lr=2.0)
     assert torch.allclose(torch.log_softmax(th3, -1), torch.log_softmax(fwd, -1), atol=1e-5)
     assert not torch.allclose(torch.log_softmax(th3, -1), lo, atol=1e-2)
+
+
+def test_kl_study_cells_do_not_depend_on_order():
+    from dataclasses import replace
+
+    from rlcourse.profiles import profile
+    from rlcourse.studies import run_study
+    from rlcourse.studies.kl_control import arm_name, kl_study, run_cell
+
+    study = kl_study(profile("smoke"))
+    study = replace(study, sizes={**study.sizes, "steps": 12})  # a shorter grid
+    res = run_study(study, jobs=1, cache=False)
+    last = arm_name("k3+-loss", study.sizes["betas"][-1])
+    assert res.metrics[(last, 0)] == run_cell(last, 0, dict(study.sizes))  # alone, nothing run before it
+    # the placements of one beta share their random numbers; the betas do not
+    b0, b1 = study.sizes["betas"]
+    assert res.metrics[(arm_name("k2-loss", b0), 0)]["J_runs"] == res.metrics[(arm_name("k3+-loss", b0), 0)]["J_runs"]
+    assert res.metrics[(arm_name("k2-loss", b0), 0)]["J_runs"] != res.metrics[(arm_name("k2-loss", b1), 0)]["J_runs"]
+    with pytest.raises(ValueError, match="the arms are .*k1-reward beta="):
+        run_cell("k4-loss beta=0.1", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="the arms are"):
+        run_cell("k2-loss beta=0.3", 0, dict(study.sizes))

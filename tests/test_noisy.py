@@ -267,7 +267,8 @@ def test_bandit_init_spreads_difficulty_and_is_seeded():
 
 
 def test_noisy_bandit_learns_clean_and_pairs_seeds():
-    from rlcourse.methods.noisy_runs import late_window, train_noisy_bandit
+    from rlcourse.methods.noisy_runs import train_noisy_bandit
+    from rlcourse.studies.noisy_verifiers import late_window
 
     clean = train_noisy_bandit(0.0, 0.0, "sample", "adam", 0.1, 300, [0, 1], eval_every=100)
     assert clean["curve"].shape == (2, 4) and list(clean["eval_steps"]) == [0, 100, 200, 300]
@@ -302,7 +303,7 @@ def test_noisy_claims_are_well_formed():
 
 
 def test_learning_rate_rule_runs_clean_arms_on_disjoint_seeds():
-    from rlcourse.methods.noisy_runs import choose_bandit_lrs
+    from rlcourse.studies.noisy_verifiers import choose_bandit_lrs
     from rlcourse.profiles import profile
 
     c = choose_bandit_lrs(profile("smoke"), grids={"adam": (0.01, 0.1), "sgd": (10.0,)})
@@ -311,3 +312,27 @@ def test_learning_rate_rule_runs_clean_arms_on_disjoint_seeds():
     assert c["quarter"]["adam"][1] > c["quarter"]["adam"][0]  # a tenfold rate learns faster early
     with pytest.raises(ValueError, match="empty"):
         choose_bandit_lrs(profile("smoke"), grids={"adam": ()})
+
+
+def test_noisy_bandit_study_cells_do_not_depend_on_order():
+    from dataclasses import replace
+
+    from rlcourse.profiles import profile
+    from rlcourse.studies import run_study
+    from rlcourse.studies.noisy_verifiers import ARMS, noisy_bandit_study, run_cell
+
+    study = noisy_bandit_study(profile("smoke"), {"adam": 0.1, "sgd": 10.0})
+    study = replace(study, seeds=(0, 3), sizes={**study.sizes, "steps": 40, "every": 20, "late": [20, 40]})
+    res = run_study(study, jobs=1, cache=False)
+    last = ("sgd sample 0.4", 3)
+    assert res.metrics[last] == run_cell(*last, dict(study.sizes))  # alone, nothing run before it
+    # a cell is its seed's row of the vectorised trainer
+    from rlcourse.methods.noisy_runs import train_noisy_bandit
+
+    both = train_noisy_bandit(0.4, 0.4, "sample", "sgd", 10.0, 40, [0, 3], eval_every=20)
+    assert res.metrics[last]["curve"] == both["curve"][1].tolist()
+    assert len(ARMS) == len(study.arms) == 14  # 5 per-sample + 4 group + strict + lenient + 3 SGD
+    with pytest.raises(ValueError, match="the arms are .*adam sample 0.0"):
+        run_cell("adam sample 0.5", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="no learning rate for"):
+        noisy_bandit_study(profile("smoke"), {"adam": 0.1})

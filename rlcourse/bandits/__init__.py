@@ -12,7 +12,8 @@ family each, all importable from here:
 :mod:`rlcourse.bandits.baselines`         REINFORCE with baselines: training runs and the
                                           experiment of the chapter *Policy gradients*
 :mod:`rlcourse.bandits.kl`                KL estimators, the regularised optimum, KL in the
-                                          reward or the loss: the chapter *KL control*
+                                          reward or the loss: the chapter *KL control* (its
+                                          bandit study: :mod:`rlcourse.studies.kl_control`)
 ========================================= ==================================================
 """
 from __future__ import annotations
@@ -24,6 +25,5 @@ from .baselines import (BASELINES, train_bandit, baseline_bandit, run_baseline_e
                         pg_verdicts)
 from .kl import (KL_PLACEMENTS, kl_categorical, kl_estimator_moments, kl_regularised_optimum,
                  regularised_objective, exact_ascent, expected_loss_ascent, train_kl_bandit, kl_bandit,
-                 run_kl_experiment, frontier_reward, KL_CLAIMS, kl_verdicts, KL_LM_CLAIM, kl_lm_verdict,
-                 run_kl_beta_sweep_lm)
+                 KL_LM_CLAIM, kl_lm_verdict, run_kl_beta_sweep_lm)
 from ..profiles import one_torch_thread  # noqa: F401  (the chapters import it from here, as before the split)

@@ -1,6 +1,7 @@
-"""The noisy-verifier chapter's experiments and claims: a contextual bandit (many seeds, per-sample and
-group-rollout noise, Adam and SGD, run to a plateau) and GRPO on the tiny addition model (the same
-noise structures, late-window accuracy), with the verdicts of :data:`CLAIMS`.
+"""The noisy-verifier chapter's runs and claims: the contextual bandit's trainer (many seeds, per-sample
+and group-rollout noise, Adam and SGD; its study is :mod:`rlcourse.studies.noisy_verifiers`) and GRPO on
+the tiny addition model (the same noise structures, late-window accuracy), with the claims of
+:data:`CLAIMS` and the language model's verdicts.
 
 Course material for *An Imperfect Verifier is Good Enough: Learning with Noisy Rewards*, Plesner,
 Guzman and Athalye (2026), arXiv:2604.07666. The measure follows the later abstract's protocol: the
@@ -108,96 +109,6 @@ def train_noisy_bandit(rho0: float, rho1: float, mode: str, optimizer: str, lr: 
             curve.append(_softmax(theta)[..., 0].mean(-1))
     return {"curve": np.stack(curve, 1), "eval_steps": np.array(eval_steps),
             "greedy": (theta.argmax(-1) == 0).mean(-1)}
-
-
-def late_window(curve: np.ndarray, eval_steps: np.ndarray, late: tuple[int, int]) -> np.ndarray:
-    """Mean of the two fixed late evaluations ``late`` (steps) of each seed's curve, ``(N,)``."""
-    cols = [int(np.flatnonzero(eval_steps == s)[0]) if np.any(eval_steps == s) else None for s in late]
-    if None in cols:
-        raise ValueError(f"late evaluation steps {late} are not among the evaluation steps {eval_steps.tolist()}")
-    return curve[:, cols].mean(1)
-
-
-def bandit_arms() -> list[tuple[str, str, float, float, float]]:
-    """The bandit's arms as ``(optimizer, structure, rho, rho0, rho1)``: Adam under symmetric per-sample
-    and group noise at every rate, strict (false negatives only) and lenient (false positives only)
-    verifiers at 0.4, and SGD under per-sample noise at 0, 0.2 and 0.4 (for the Adam question)."""
-    arms = [("adam", mode, rho, rho, rho) for mode in ("sample", "group") for rho in (0.0, 0.1, 0.2, 0.3, 0.4)
-            if not (mode == "group" and rho == 0.0)]
-    arms += [("adam", "strict", 0.4, 0.0, 0.4), ("adam", "lenient", 0.4, 0.4, 0.0)]
-    arms += [("sgd", "sample", rho, rho, rho) for rho in (0.0, 0.2, 0.4)]
-    return arms
-
-
-LR_GRIDS = {"adam": (0.02, 0.05, 0.1), "sgd": (1.0, 3.0, 10.0)}  # the rates the rule chooses from
-SELECTION_SEEDS = 100  # the rule runs on seeds 100, 101, ...; the reported runs use 0, 1, ...
-
-
-def choose_bandit_lrs(prof, grids=None) -> dict:
-    """The rule that fixes each optimiser's learning rate before the reported bandit runs.
-
-    On selection seeds ``100, 101, ...`` (10 in the book profile, disjoint from the reported seeds
-    0-19), run the *clean* verifier only (no noisy arm is looked at) at each rate of the optimiser's grid
-    for the experiment's number of steps, and take the rate whose seed-mean expected accuracy after a
-    quarter of the steps is highest: the one that reaches its plateau soonest.
-
-    ======== ============================ ============================================
-    key      shape                        meaning
-    ======== ============================ ============================================
-    lrs      dict                         optimiser -> chosen rate
-    quarter  dict                         optimiser -> ``(len(grid),)`` accuracy after a quarter
-    seeds    list                         the selection seeds
-    grids    dict                         optimiser -> the rates tried
-    ======== ============================ ============================================
-    """
-    grids = LR_GRIDS if grids is None else grids
-    seeds = list(range(SELECTION_SEEDS, SELECTION_SEEDS + prof.pick(smoke=1, book=10)))
-    steps = prof.pick(smoke=100, book=2000)
-    every = prof.pick(smoke=25, book=100)
-    lrs, quarter = {}, {}
-    for opt, grid in grids.items():
-        if not grid:
-            raise ValueError(f"the grid of {opt!r} is empty")
-        q = []
-        for lr in grid:
-            out = train_noisy_bandit(0.0, 0.0, "sample", opt, lr, steps, seeds, eval_every=every)
-            q.append(float(out["curve"][:, np.searchsorted(out["eval_steps"], steps // 4)].mean()))
-        quarter[opt], lrs[opt] = np.array(q), float(grid[int(np.argmax(q))])
-    return {"lrs": lrs, "quarter": quarter, "seeds": seeds, "grids": {k: tuple(v) for k, v in grids.items()}}
-
-
-def run_noisy_bandit(prof) -> dict:
-    """The bandit sweep of :func:`bandit_arms` over ``seeds`` paired seeds, each run to a plateau; the
-    score is the mean of two fixed late evaluations. The clean run (rho = 0) is shared by both modes.
-
-    ============ ============================== ==============================================
-    late_acc     dict[(opt, structure, rho)]    ``(N,)`` late-window expected accuracy per seed
-    curves       dict[(opt, structure, rho)]    ``(N, E)`` expected-accuracy curves
-    eval_steps   ``(E,)``                       the evaluation steps
-    ============ ============================== ==============================================
-    """
-    t0 = time.perf_counter()
-    seeds = list(range(prof.pick(smoke=prof.toy_seeds, book=max(20, prof.toy_seeds))))
-    steps = prof.pick(smoke=100, book=2000)
-    every = prof.pick(smoke=25, book=100)
-    late = (prof.pick(smoke=75, book=1500), steps)
-    choice = choose_bandit_lrs(prof)
-    lrs = choice["lrs"]
-    late_acc, curves, greedy = {}, {}, {}
-    for opt, structure, rho, rho0, rho1 in bandit_arms():
-        mode = "group" if structure == "group" else "sample"
-        out = train_noisy_bandit(rho0, rho1, mode, opt, lrs[opt], steps, seeds, eval_every=every)
-        curves[(opt, structure, rho)] = out["curve"]
-        late_acc[(opt, structure, rho)] = late_window(out["curve"], out["eval_steps"], late)
-        greedy[(opt, structure, rho)] = out["greedy"]
-    for opt in lrs:
-        for d in (late_acc, curves, greedy):
-            d[(opt, "group", 0.0)] = d[(opt, "sample", 0.0)]
-    return {"seeds": seeds, "steps": steps, "late": late, "rates": [0.0, 0.1, 0.2, 0.3, 0.4], "lrs": lrs,
-            "lr_choice": choice,
-            "late_acc": late_acc, "curves": curves, "greedy": greedy, "eval_steps": out["eval_steps"],
-            "base": float(np.mean([_softmax(bandit_init(50, 10, s))[:, 0].mean() for s in seeds])),
-            "seconds": time.perf_counter() - t0}
 
 
 # ---------------------------------------------------------------------------- the tiny LM
@@ -370,28 +281,6 @@ CLAIMS = {
         metric="late-window held-out greedy accuracy", method="base model", baseline="group noise 30%",
         kind="greater", margin=0.0),
 }
-
-
-def bandit_verdicts(b: dict) -> dict[str, Verdict]:
-    """The bandit claims of :data:`CLAIMS`, evaluated on :func:`run_noisy_bandit`'s output."""
-    L, s = b["late_acc"], b["seconds"]
-    clean = L[("adam", "sample", 0.0)]
-    drop = {o: L[(o, "sample", 0.0)] - L[(o, "sample", 0.4)] for o in ("adam", "sgd")}
-    ctl = evaluate(CLAIMS["bandit-control"], clean, L[("adam", "sample", 0.4)], seconds=s)
-    return {
-        "bandit-group-20": evaluate(CLAIMS["bandit-group-20"], L[("adam", "group", 0.2)], clean, seconds=s,
-                                    control=ctl),
-        "bandit-sample-20": evaluate(CLAIMS["bandit-sample-20"], L[("adam", "sample", 0.2)], clean, seconds=s,
-                                     control=ctl),
-        "bandit-group-30": evaluate(CLAIMS["bandit-group-30"], L[("adam", "group", 0.3)], clean, seconds=s,
-                                    control=ctl),
-        "bandit-sample-30": evaluate(CLAIMS["bandit-sample-30"], L[("adam", "sample", 0.3)], clean, seconds=s,
-                                     control=ctl),
-        "bandit-control": ctl,
-        "bandit-precision": evaluate(CLAIMS["bandit-precision"], L[("adam", "strict", 0.4)],
-                                     L[("adam", "lenient", 0.4)], seconds=s, control=ctl),
-        "adam": evaluate(CLAIMS["adam"], drop["adam"], drop["sgd"], seconds=s),
-    }
 
 
 def lm_verdicts(r: dict) -> dict[str, Verdict]:
