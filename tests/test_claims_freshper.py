@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods.freshper import (ARMS, WEIGHTED_BETA, LakeConfig, lake_verdicts, lm_verdict, run_lake_experiment,
-                                       run_lm_experiment)
+from rlcourse.methods.freshper import ARMS, WEIGHTED_BETA, LakeConfig
+from rlcourse.studies.freshper import lake_verdicts, lm_verdict, run_lake_experiment, run_lm_experiment
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,12 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
 
 import rlcourse
 from rlcourse.envs.frozenlake import make_map
-from rlcourse.methods import freshper
-from rlcourse.methods.freshper import (ARMS, WEIGHTED_BETA, LakeConfig, lake_tables, lake_verdicts, lazy_per_add,
-                                       lazy_per_sampled, rollout, run_lake_experiment, success_probability,
-                                       train_lake)
+from rlcourse.methods.freshper import (ARMS, WEIGHTED_BETA, LakeConfig, lake_tables, lazy_per_add, lazy_per_sampled,
+                                       rollout, success_probability, train_lake)
 from rlcourse.replay import ReplayBuffer
+from rlcourse.studies import freshper as study
+from rlcourse.studies.freshper import lake_verdicts, run_lake_experiment
+from rlcourse.studies.runner import run_study
 
 
 def test_tables_are_gymnasiums_dynamics():
@@ -106,8 +107,22 @@ def test_experiment_and_verdicts_in_smoke():
     assert vs["decay-beats-per"].claim.key == "freshper/lake-decay-beats-per-switch"
     assert "second map" in vs["decay-beats-per"].claim.metric
     assert sw["post"]["PER"].shape == (1,)
-    sweep = freshper.run_tau_sweep(P, taus=(5.0,), cfg=LakeConfig(steps=5))
+    sweep = study.run_tau_sweep(P, taus=(5.0,), cfg=LakeConfig(steps=5))
     assert list(sweep["auc"]) == ["tau=5"]
+
+
+def test_lake_study_cells_stand_alone():
+    """A later cell of the grid, run with the others, equals the same cell run alone; a bad arm is named."""
+    P = rlcourse.profile("smoke")
+    s = study.lake_study(P, cfg=LakeConfig(steps=6), seeds=2)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("FreshPER", 1)
+    assert res.metrics[(arm, seed)] == study.run_cell(arm, seed, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'on-policy'"):
+        study.run_cell("no such arm", 0, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'FreshPER'"):
+        study.run_lm_cell("no such arm", 0, study.lm_study(P).sizes)
 
 
 def test_lazy_per_keeps_max_priority_until_sampled():

@@ -6,9 +6,11 @@ import pytest
 
 import rlcourse
 from rlcourse.rollout import SAMPLERS
-from rlcourse.methods import soup
 from rlcourse.methods.soup import (SEQS, N_CTX, V, ascent_trajectory, bias_bound, bias_experiment, bias_verdict,
-                                   expected_gradient, monte_carlo_gradient, soup_verdicts, token_probs)
+                                   expected_gradient, monte_carlo_gradient, token_probs)
+from rlcourse.studies import thinking_seeds as study
+from rlcourse.studies.runner import run_study
+from rlcourse.studies.thinking_seeds import soup_verdicts
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +91,7 @@ def test_samplers_are_registered():
 def test_verdicts_on_a_synthetic_run():
     N, S = 3, 8
     rng = np.random.default_rng(0)
-    arms = list(soup.ARMS)
+    arms = list(study.ARMS)
     res = {"ks": [1, 2, 4], "seconds": 1.0, "seeds": N, "base_passk": np.array([0.3, 0.4, 0.5]),
            "passk": {a: np.array([[0.4, 0.5, 0.6]] * N) + 0.1 * i + 0.01 * rng.random((N, 3))
                      for i, a in enumerate(arms)},
@@ -98,3 +100,15 @@ def test_verdicts_on_a_synthetic_run():
     assert set(v) == {"vs-grpo", "vs-sequence", "entropy", "clipping", "pass-at-k", "control"}
     assert v["vs-grpo"].holds and v["vs-sequence"].holds and v["control"].holds
     assert v["vs-grpo"].effect == pytest.approx(0.2, abs=0.02)
+
+
+def test_soup_study_cells_stand_alone():
+    """A later cell of the grid, run with the others, equals the same cell run alone (each cell loads
+    the base model and seeds torch itself); a bad arm is named."""
+    s = study.soup_study(rlcourse.profile("smoke"))
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert arm == "Thinking Seeds"
+    assert res.metrics[(arm, seed)] == study.run_cell(arm, seed, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'GRPO'"):
+        study.run_cell("no such arm", 0, dict(s.sizes))

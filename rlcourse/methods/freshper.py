@@ -16,24 +16,19 @@ decay, a new item at the maximum priority until it is sampled), the same PER wit
 refreshed each step, and Freshness-Aware PER (``|R| + eps`` times ``exp(-age / tau)``, refreshed each
 step), each at the same number of fresh episodes per step. No PER importance weights by default (the
 authors' buffer computes them only on request); ``LakeConfig(beta=WEIGHTED_BETA)`` is the weighted
-ablation.
+ablation. The chapter's experiments on this toy, and the paper's claims, are the study
+:mod:`rlcourse.studies.freshper`.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
 
-from ..claims import Claim, Verdict, evaluate
 from ..envs.frozenlake import make_map
-from ..profiles import Profile, one_torch_thread
 from ..replay import ReplayBuffer, kish_ess
-
-PAPER = ("Freshness-Aware Prioritized Experience Replay for LLM/VLM Reinforcement Learning, W. Ma, Y. Zeng, "
-         "Y. Song, X. Cui, J. Zhao, X. Liu, M. Elhoseiny (2026, arXiv:2604.16918)")
 
 
 # ---------------------------------------------------------------------- the lake
@@ -234,174 +229,3 @@ def train_lake(arm: tuple, cfg: LakeConfig, seed: int) -> dict:
         with torch.no_grad():
             out["success"].append(success_probability(torch.softmax(logits, -1).numpy(), tables, cfg.max_turns))
     return {k: np.asarray(v, dtype=float) for k, v in out.items()}
-
-
-def run_lake_experiment(P: Profile, arms: dict | None = None, cfg: LakeConfig | None = None,
-                        seeds: int | None = None) -> dict:
-    """Every arm on maps/seeds ``0 .. n-1`` (``P.toy_seeds``).
-
-    Returns ``curves[arm]`` ``(seeds, steps)`` exact success, ``auc[arm]`` ``(seeds,)`` mean success
-    over training (area under the curve per step: sample efficiency at equal fresh episodes),
-    ``final[arm]`` mean success over the last fifth, ``post[arm]`` mean success from ``cfg.switch_at`` on
-    (when the map switches), ``stale[arm]`` share of replay draws older than
-    ``stale_after`` steps, ``seconds``.
-    """
-    cfg = cfg or LakeConfig(steps=P.pick(smoke=30, book=150))
-    arms = arms or ARMS
-    n = seeds or P.toy_seeds
-    stale_after = max(1, cfg.steps // 3)
-    start = time.perf_counter()
-    res = {"curves": {}, "auc": {}, "final": {}, "post": {}, "stale": {}, "ess": {}, "replay_weight": {},
-           "success_weight": {}, "replayed_success": {}}
-    with one_torch_thread():
-        for name, arm in arms.items():
-            runs = [train_lake(arm, cfg, seed) for seed in range(n)]
-            curves = np.stack([r["success"] for r in runs])
-            res["curves"][name] = curves
-            res["auc"][name] = curves.mean(1)
-            res["final"][name] = curves[:, -max(1, cfg.steps // 5):].mean(1)
-            if cfg.switch_at is not None:  # success on the second map only
-                res["post"][name] = curves[:, cfg.switch_at - 1:].mean(1)
-            res["stale"][name] = np.array([(r["ages"] > stale_after).mean() if r["ages"].size else 0.0 for r in runs])
-            for key in ("ess", "replay_weight", "success_weight", "replayed_success"):
-                res[key][name] = np.array([r[key].mean() if r[key].size else np.nan for r in runs])
-    res.update(config=cfg, arms=arms, seeds=n, stale_after=stale_after, seconds=time.perf_counter() - start)
-    return res
-
-
-def run_tau_sweep(P: Profile, taus=None, cfg: LakeConfig | None = None, seeds: int | None = None) -> dict:
-    """FreshPER at several ``tau`` (and ``tau=None``, standard PER): AUC per seed for each."""
-    taus = tuple(taus or P.pick(smoke=(5.0, 25.0), book=(3.0, 10.0, 25.0, 100.0, 400.0)))
-    arms = {f"tau={t:g}": ("reward", t, None, True) for t in taus}
-    out = run_lake_experiment(P, arms, cfg, seeds)
-    out["taus"] = taus
-    return out
-
-
-# ---------------------------------------------------------------------- the language-model loop
-LM_ARMS = {  # name -> RLConfig overrides; both arms sample the same fresh groups per step
-    "on-policy": dict(sampler="policy", policy_loss="vanilla"),
-    "FreshPER": dict(sampler="replay", policy_loss="ppo_is",
-                     sampler_kwargs=dict(replay_groups=8, capacity=512, tau=10.0, priority="advantage", beta=0.0)),
-}
-
-
-def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None) -> dict:
-    """The registered ``"replay"`` sampler in the :class:`~rlcourse.train.Trainer` on the lab's
-    two-digit addition (the profile's base model): on-policy GRPO against GRPO plus 8 replayed groups
-    per step (priority: mean ``|A|`` of the group, ``tau = 10``, no PER weights, ``beta = 0``, as the
-    authors' buffer defaults to), 8 prompts x 8 samples fresh per step in both arms, ``P.seeds`` seeds.
-
-    Returns ``history[arm]`` (a list of per-seed metric histories), ``accuracy[arm]`` ``(seeds,)``
-    final greedy accuracy on ``eval_prompts`` held-out prompts, ``buffer[arm]`` the final buffer size,
-    ``seconds``."""
-    import copy
-
-    from ..lm.zoo import load_base_model
-    from ..train import RLConfig, Trainer
-
-    n = seeds or P.seeds
-    steps = steps or P.pick(smoke=3, book=25)
-    model, tok = load_base_model("addition", prof=P, progress=False)
-    start = time.perf_counter()
-    out = {"history": {}, "accuracy": {}, "buffer": {}}
-    with one_torch_thread():
-        for name, kw in LM_ARMS.items():
-            hist, acc, size = [], [], []
-            for seed in range(n):
-                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
-                               max_completion_length=8, steps=steps, learning_rate=P.rl_lr, seed=seed,
-                               eval_prompts=P.pick(smoke=8, book=128), progress=False, **copy.deepcopy(kw))
-                tr = Trainer(copy.deepcopy(model), tok, "addition", cfg)
-                tr.train()
-                hist.append(tr.history)
-                acc.append(tr.evaluate())
-                size.append(len(tr.state["replay_buffer"]) if "replay_buffer" in tr.state else 0)
-            out["history"][name], out["accuracy"][name], out["buffer"][name] = hist, np.array(acc), size
-    out.update(seeds=n, steps=steps, eval_prompts=P.pick(smoke=8, book=128), seconds=time.perf_counter() - start)
-    return out
-
-
-# ---------------------------------------------------------------------- the claims
-def setting(cfg: LakeConfig, seeds: int) -> str:
-    return (f"tabular softmax policy on {seeds} random solvable {cfg.size}x{cfg.size} deterministic FrozenLake maps "
-            f"(Gymnasium's dynamics, horizon {cfg.max_turns}); {cfg.episodes} fresh episodes per step for every arm, "
-            f"{cfg.replay} replayed trajectories per step; REINFORCE++-style batch-normalised returns, PPO clip "
-            f"{cfg.clip}, one Adam step (lr {cfg.lr}) per step, {cfg.steps} steps; alpha {cfg.alpha}; "
-            + ("no IS weights (the authors' default)" if cfg.beta is None else
-               f"IS weights, beta {cfg.beta[0]}->{cfg.beta[1]}") + "; PER = the authors' standard PER (new items "
-            "at the maximum priority until sampled)")
-
-
-AUC = "exact success probability averaged over training steps (equal fresh episodes)"
-# short name -> (statement, source, paper's number, method, baseline, kind, metric)
-CLAIMS = {
-    "beats-on-policy": ("Freshness-Aware PER significantly outperforms on-policy baselines", "abstract",
-                        "FrozenLake success 0.305 vs 0.297 (LLM), 0.630 vs 0.270 (VLM) (authors' README)",
-                        "FreshPER", "on-policy", "greater", AUC),
-    "per-degrades": ("standard PER without age decay consistently degrades performance", "abstract",
-                     "FrozenLake (LLM) 0.281 vs 0.297 on-policy (authors' README)", "PER", "on-policy", "less", AUC),
-    "decay-beats-per": ("the multiplicative exponential age decay addresses PER's priority staleness", "abstract",
-                        "FrozenLake (LLM) 0.305 vs 0.281 (authors' README)", "FreshPER", "PER", "greater", AUC),
-    "decay-cuts-staleness": ("without decay, old high-priority trajectories dominate sampling long after they have "
-                             "become uninformative", "abstract", "", "FreshPER", "PER", "less",
-                             "share of replay draws older than a third of training"),
-    "replay-can-help": ("positive control: replay can beat on-policy training on this testbed at equal fresh "
-                        "episodes (our control, not a claim of the paper)", "ours", "", "PER", "on-policy",
-                        "greater", AUC),
-}
-
-
-CONTROLLED = ("beats-on-policy",)  # claims that rest on the positive control "replay-can-help"
-
-
-def claim(name: str, cfg: LakeConfig, seeds: int, note: str = "") -> Claim:
-    """The claim ``name`` of :data:`CLAIMS` in the setting ``cfg`` (``note`` says what differs)."""
-    statement, source, number, method, baseline, kind, metric = CLAIMS[name]
-    suffix = f"-{note.split()[0]}" if note else ""  # a variant's claims get keys of their own
-    role = "positive control" if name == "replay-can-help" else "paper claim"
-    control = f"freshper/lake-replay-can-help{suffix}" if name in CONTROLLED else None
-    return Claim(key=f"freshper/lake-{name}{suffix}", paper=PAPER,
-                 statement=statement, source=source, paper_number=number, method=method, baseline=baseline,
-                 kind=kind, metric=metric, setting=setting(cfg, seeds) + (f"; {note}" if note else ""),
-                 role=role, control=control)
-
-
-def lake_verdicts(out: dict, names=("replay-can-help", "beats-on-policy", "per-degrades", "decay-beats-per",
-                                   "decay-cuts-staleness"), note: str = "") -> dict[str, Verdict]:
-    """Evaluate the claims ``names`` on the output of :func:`run_lake_experiment` (with a map switch,
-    success is measured on the second map only, and the claim's metric says so). A claim that rests on
-    the positive control (:data:`CONTROLLED`) gets its verdict, which is evaluated first."""
-    verdicts = {}
-    post = out["config"].switch_at is not None
-    if any(n in CONTROLLED for n in names) and "replay-can-help" not in names:
-        raise ValueError(f"{[n for n in names if n in CONTROLLED]} rest on the positive control 'replay-can-help': "
-                         "evaluate it too")
-    names = sorted(names, key=lambda n: n != "replay-can-help")
-    for name in names:
-        c = claim(name, out["config"], out["seeds"], note)
-        if post and name != "decay-cuts-staleness":
-            c = replace(c, metric=f"exact success on the second map, averaged over steps {out['config'].switch_at}"
-                                  f"-{out['config'].steps}")
-        values = out["stale"] if name == "decay-cuts-staleness" else out["post"] if post else out["auc"]
-        kw = {"control": verdicts["replay-can-help"]} if c.control else {}
-        verdicts[name] = evaluate(c, values[c.method], values[c.baseline], seconds=out["seconds"], **kw)
-    return verdicts
-
-
-LM_CLAIM = Claim(
-    key="freshper/lm-beats-on-policy", paper=PAPER, source="abstract", kind="greater",
-    statement="Freshness-Aware PER significantly outperforms on-policy baselines",
-    paper_number="+46% NQ Search, +367% Sokoban, +133% VLM FrozenLake (abstract)",
-    setting="the lab's tiny Llama on two-digit addition, 8 prompts x 8 samples fresh per step in both arms, "
-            "25 GRPO steps (lr 1e-4), FreshPER adds 8 replayed groups per step (tau 10, priority mean |A|, "
-            "no PER importance weights, beta 0, the authors' default)",
-    metric="greedy accuracy on 128 held-out prompts after training", method="FreshPER", baseline="on-policy")
-
-
-def lm_verdict(out: dict) -> Verdict:
-    """:data:`LM_CLAIM` (whose setting and metric are the book profile's) evaluated on
-    :func:`run_lm_experiment`'s output, with the run's own number of steps and held-out prompts."""
-    c = replace(LM_CLAIM, setting=LM_CLAIM.setting.replace("25 GRPO steps", f"{out['steps']} GRPO steps"),
-                metric=LM_CLAIM.metric.replace("128", str(out["eval_prompts"])))
-    return evaluate(c, out["accuracy"]["FreshPER"], out["accuracy"]["on-policy"], seconds=out["seconds"])

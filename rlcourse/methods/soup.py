@@ -13,12 +13,11 @@ mixing). Both record the true behaviour log-prob of every token in ``batch.logpr
 loss of the loop (PPO-clip ``"vanilla"`` by default) computes token-level ratios against it.
 
 Also here: the exact gradient bias of token-level ratios on a tabular three-token language model
-(:func:`expected_gradient`, :func:`bias_experiment`), and the chapter's experiment on two-digit
-addition (:func:`run_soup_experiment`) with its claims.
+(:func:`expected_gradient`, :func:`bias_experiment`). The chapter's experiment on two-digit addition
+and its claims are the study :mod:`rlcourse.studies.thinking_seeds`.
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import time
 from typing import Sequence
@@ -28,7 +27,7 @@ import torch
 
 from ..bank import bank_mixed_batch
 from ..claims import Claim, Verdict, evaluate
-from ..profiles import Profile, one_torch_thread
+from ..profiles import Profile
 from ..rollout import register_sampler
 
 PAPER = ("SOUP: Token-level Single-sample Mix-policy Reinforcement Learning for Large Language Models, L. Yang, "
@@ -237,141 +236,3 @@ BIAS_CLAIM = Claim(
 def bias_verdict(res: dict) -> Verdict:
     j = int(np.searchsorted(res["lags"], TABULAR_LAG))
     return evaluate(BIAS_CLAIM, res["bias"][1][:, j], res["bias"][T3][:, j], seconds=res["seconds"])
-
-
-# ---------------------------------------------------------------------- the language-model experiment
-ARMS = {"GRPO": "policy", "sequence mixing": "bank_sequence_mix", "Thinking Seeds": "soup_prefix"}
-
-
-def experiment_sizes(prof: Profile) -> dict:
-    """The experiment's sizes: the bank keeps a snapshot every 5 steps, at most 2, and the oldest
-    writes (a lag of 5 to 9 steps once it is full)."""
-    return prof.pick(
-        smoke=dict(steps=3, prompts_per_step=4, num_generations=4, eval_prompts=8, n=4, ks=[1, 2, 4],
-                   seeds=[0], lr=1e-4, every=1, max_snapshots=2),
-        book=dict(steps=40, prompts_per_step=16, num_generations=8, eval_prompts=64, n=16, ks=[1, 2, 4, 8, 16],
-                  seeds=list(range(prof.seeds)), lr=1e-4, every=5, max_snapshots=2))
-
-
-CURVES = ("passk", "held_entropy", "entropy", "clipfrac", "reward", "bank_share", "log_ratio")
-
-
-def held_out_entropy(model, tokenizer, examples, seed: int, n: int = 4) -> float:
-    """Mean token entropy of ``model``'s own samples (``n`` per prompt, temperature 1) on ``examples``:
-    the policy's effective entropy where every arm is measured alike."""
-    from ..lm.sampling import sample
-
-    b = sample(model, tokenizer, [e.prompt for e in examples], num_generations=n, max_new_tokens=10,
-               generator=torch.Generator().manual_seed(10_000 + seed))
-    return float(b.entropy.sum() / b.response_mask.sum())
-
-
-def run_soup_experiment(prof: Profile) -> dict:
-    """GRPO, sequence-level mixing and Thinking Seeds from the same ``addition`` base model, same
-    optimiser, learning rate, steps and prompts, over paired seeds; after training, pass@k on
-    held-out prompts (``n`` samples each, temperature 1) and the training curves.
-
-    ================== ============= ==============================================================
-    passk[arm]         ``(N, K)``    pass@k for k in ``ks`` per seed
-    base_passk         ``(K,)``      the base model's
-    held_entropy[arm]  ``(N,)``      mean token entropy of the trained policy's own held-out samples
-    entropy[arm]       ``(N, S)``    the current policy's mean token entropy at each step
-    clipfrac[arm]      ``(N, S)``    PPO's clipped share of tokens at each step
-    reward[arm]        ``(N, S)``    mean training reward at each step
-    bank_share[arm]    ``(N, S)``    share of tokens written by the bank (0 for GRPO)
-    log_ratio[arm]     ``(N, S)``    mean log pi_current - log pi_writer on bank tokens, at sampling
-    ================== ============= ==============================================================
-    """
-    from ..lm.zoo import load_base_model
-    from ..tasks import get_task
-    from ..testtime import evaluate_samples, pass_at_k_curve
-    from ..train import RLConfig, Trainer
-
-    z = experiment_sizes(prof)
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
-        task = get_task("addition")
-        held = task.examples(z["eval_prompts"], seed=2000, split="test")
-        ev = evaluate_samples(base, tok, held, z["n"], 10, torch.Generator().manual_seed(0))
-        out = {"ks": z["ks"], "sizes": z, "base_passk": pass_at_k_curve(ev["correct"], z["ks"]),
-               **{key: {arm: [] for arm in ARMS} for key in CURVES}}
-        for seed in z["seeds"]:
-            pool = task.examples(4000, seed=seed, split="train")
-            for arm, sampler in ARMS.items():
-                torch.manual_seed(seed)
-                kw = {} if sampler == "policy" else {"every": z["every"], "max_snapshots": z["max_snapshots"]}
-                cfg = RLConfig(num_generations=z["num_generations"], prompts_per_step=z["prompts_per_step"],
-                               max_completion_length=10, steps=z["steps"], learning_rate=z["lr"], seed=seed,
-                               progress=False, sampler=sampler, sampler_kwargs=kw)
-                tr = Trainer(copy.deepcopy(base), tok, task, cfg, train_examples=pool, eval_examples=held[:8])
-                tr.train()
-                ev = evaluate_samples(tr.model, tok, held, z["n"], 10, torch.Generator().manual_seed(1 + seed))
-                out["passk"][arm].append(pass_at_k_curve(ev["correct"], z["ks"]))
-                out["held_entropy"][arm].append(held_out_entropy(tr.model, tok, held, seed))
-                h = tr.history
-                out["entropy"][arm].append([m["entropy"] for m in h])
-                out["clipfrac"][arm].append([m.get("pg_clipfrac", 0.0) for m in h])
-                out["reward"][arm].append([m["reward"] for m in h])
-                # the bank samplers log their per-step measurements in the trainer's history (batch.metrics)
-                out["bank_share"][arm].append([m.get("bank_token_share", 0.0) for m in h])
-                out["log_ratio"][arm].append([m.get("bank_prefix_log_ratio", 0.0) for m in h])
-    for key in CURVES:
-        out[key] = {arm: np.asarray(v, dtype=float) for arm, v in out[key].items()}
-    out["seeds"] = len(z["seeds"])
-    out["seconds"] = time.perf_counter() - t0
-    return out
-
-
-_SETTING = ("tiny LM (0.6M) on 2-digit addition from the 'medium' base model; G = 8 (4 seeded), 16 prompts x 40 "
-            "steps, AdamW lr 1e-4, PPO-clip 0.2, one pass per batch; bank: a snapshot every 5 steps, 2 kept, the "
-            "oldest writes; prefixes 25-50% of the writer's response; 64 held-out prompts x 16 samples")
-
-
-CONTROL_KEY = "thinking_seeds/control-grpo-learns"
-
-
-def _claim(name, statement, metric, method, baseline, kind="greater", control=CONTROL_KEY):
-    return Claim(key=f"thinking_seeds/lm-{name}", paper=PAPER, statement=statement, source="abstract",
-                 setting=_SETTING, metric=metric, method=method, baseline=baseline, kind=kind, margin=0.0,
-                 control=control)
-
-
-_OUTPERFORMS = "Thinking Seeds consistently outperforms standard on-policy training and existing off-policy extensions"
-LM_CLAIMS = {
-    "vs-grpo": _claim("beats-grpo", _OUTPERFORMS, "held-out pass@1 after training", "Thinking Seeds", "GRPO"),
-    "vs-sequence": _claim("beats-sequence-mixing", _OUTPERFORMS, "held-out pass@1 after training", "Thinking Seeds",
-                          "sequence mixing"),
-    "entropy": _claim("higher-entropy", "the method maintains higher effective entropy",
-                      "mean token entropy of the trained policy's own samples on the held-out prompts",
-                      "Thinking Seeds", "GRPO"),
-    "clipping": _claim("less-clipping", "[the method] reduces gradient loss from clipping",
-                       "share of clipped tokens, mean over training", "Thinking Seeds", "sequence mixing", kind="less",
-                       control=None),
-    "pass-at-k": _claim("expands-solution-space", "[the method] expands the explorable solution space",
-                        "held-out pass@16 after training", "Thinking Seeds", "GRPO"),
-    "control": Claim(key="thinking_seeds/control-grpo-learns", role="positive control", paper=PAPER,
-                     statement="(control, not a claim of the paper) GRPO raises pass@1 over the base model",
-                     source="positive control of the experiment", setting=_SETTING,
-                     metric="held-out pass@1 after training", method="GRPO", baseline="base model",
-                     kind="greater", margin=0.0),
-}
-
-
-def soup_verdicts(res: dict) -> dict[str, Verdict]:
-    """The claims of :data:`LM_CLAIMS`, evaluated on :func:`run_soup_experiment`'s output. The
-    performance claims rest on the control that GRPO learns at all (uninformative otherwise); the
-    clipping claim, a count of clipped tokens, does not."""
-    ks, s = list(res["ks"]), res["seconds"]
-    p1, pk = ks.index(1), len(ks) - 1
-    pa, ts, sq, gr = res["passk"], "Thinking Seeds", "sequence mixing", "GRPO"
-    control = evaluate(LM_CLAIMS["control"], pa[gr][:, p1], np.full(res["seeds"], res["base_passk"][p1]), seconds=s)
-    c = {"control": control}
-    return {
-        "vs-grpo": evaluate(LM_CLAIMS["vs-grpo"], pa[ts][:, p1], pa[gr][:, p1], seconds=s, **c),
-        "vs-sequence": evaluate(LM_CLAIMS["vs-sequence"], pa[ts][:, p1], pa[sq][:, p1], seconds=s, **c),
-        "entropy": evaluate(LM_CLAIMS["entropy"], res["held_entropy"][ts], res["held_entropy"][gr], seconds=s, **c),
-        "clipping": evaluate(LM_CLAIMS["clipping"], res["clipfrac"][ts].mean(1), res["clipfrac"][sq].mean(1), seconds=s),
-        "pass-at-k": evaluate(LM_CLAIMS["pass-at-k"], pa[ts][:, pk], pa[gr][:, pk], seconds=s, **c),
-        "control": control,
-    }
