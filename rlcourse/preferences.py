@@ -15,24 +15,24 @@ compared with selection by the true reward.
 :func:`best_of_n_curve`        expected proxy and true reward of best-of-N (unbiased, from n >= N)
 :func:`expected_max_normal`    ``E[max of N standard normals]`` by quadrature
 :func:`gaussian_best_of_n`     closed form of best-of-N under a Gaussian proxy
+:func:`sample_groups`          ``n`` samples of each prompt and their true rewards
 =============================  ===============================================================
+
+The chapter's experiment, its grid over seeds and its claims, is the study
+:mod:`rlcourse.studies.reward_models`.
 """
 from __future__ import annotations
 
-import time
 from math import comb, erf, pi, sqrt
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from .claims import Claim, evaluate
 from .lm.heads import ScalarHeadModel
 from .lm.sampling import sample
-from .lm.zoo import load_base_model
-from .profiles import Profile, profile as current_profile, one_torch_thread
-from .tasks import Example, get_task
-from .train import PreferencePair, reward_model_scores, train_reward_model
+from .tasks import Example
+from .train import PreferencePair, reward_model_scores
 
 MAX_ERROR = 999  # errors are capped here; a malformed answer counts as this error
 
@@ -272,7 +272,7 @@ def best_of_n_monte_carlo(N: int, n_trials: int, rng: np.random.Generator, sigma
             "proxy_se": float(s_sel.std() / sqrt(n_trials)), "true_se": float(r_sel.std() / sqrt(n_trials))}
 
 
-# ---------------------------------------------------------------------- the experiment
+# ---------------------------------------------------------------------- sampling
 def sample_groups(model, tokenizer, examples: Sequence[Example], n: int, max_new_tokens: int, temperature: float,
                   generator: torch.Generator, chunk: int = 64):
     """``n`` samples for each example: returns ``texts`` (``P x n`` list) and true rewards ``(P, n)``."""
@@ -284,124 +284,3 @@ def sample_groups(model, tokenizer, examples: Sequence[Example], n: int, max_new
         texts += [batch.texts[i * n:(i + 1) * n] for i in range(len(part))]
     rewards = np.array([[true_reward(c, e) for c in t] for t, e in zip(texts, examples)])
     return texts, rewards
-
-
-def experiment_sizes(prof: Profile) -> dict:
-    """The experiment's sizes for a profile."""
-    return prof.pick(
-        smoke=dict(train_prompts=16, train_samples=4, pairs_per_prompt=4, rm_steps=4, rm_batch=16, rm_lr=1e-3,
-                   test_prompts=4, test_samples=8, Ns=[1, 2, 4, 8], seeds=[0], beta=4.0, temperature=1.0,
-                   max_new_tokens=10),
-        book=dict(train_prompts=400, train_samples=8, pairs_per_prompt=8, rm_steps=300, rm_batch=32, rm_lr=3e-4,
-                  test_prompts=48, test_samples=64, Ns=[1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64], seeds=list(range(prof.seeds)),
-                  beta=4.0, temperature=1.0, max_new_tokens=10),
-    )
-
-
-def run_reward_model_experiment(prof: Profile | None = None) -> dict:
-    """Train a Bradley-Terry reward model on synthetic preferences over the addition base model's
-    samples, then run best-of-N by the learned reward against the true reward, for several seeds.
-
-    Returns the sizes, and per seed (arrays stacked over seeds): ``rm_loss`` (training curve),
-    ``pair_acc`` (held-out pair accuracy), ``label_agreement`` (how often the noisy labels agreed with
-    the true reward), the best-of-N curves ``proxy`` (in true-reward units: score / beta), ``true``,
-    ``oracle`` and ``acc_proxy`` / ``acc_oracle`` (fraction correct of the selected answer), the base
-    model's mean true reward and the number of pairs.
-    """
-    prof = prof or current_profile()
-    cfg = experiment_sizes(prof)
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
-        task = get_task("addition")
-        test = task.examples(cfg["test_prompts"], seed=1000, split="test")
-        Ns = cfg["Ns"]
-        res = {k: [] for k in ("rm_loss", "rm_train_acc", "pair_acc", "label_agreement", "proxy", "true", "oracle",
-                               "acc_proxy", "acc_oracle", "n_pairs", "base_true", "base_acc", "proxy_offset_std",
-                               "top_malformed", "base_malformed", "top_consistent", "base_consistent",
-                               "top_picks", "top_right", "top_wrong_len", "base_wrong_len", "true_wrong_len",
-                               "true_right_len")}
-        for seed in cfg["seeds"]:
-            gen = torch.Generator().manual_seed(10_000 + seed)
-            rng = np.random.default_rng(seed)
-            train = task.examples(cfg["train_prompts"], seed=100 + seed, split="train")
-            texts, rewards = sample_groups(base, tok, train, cfg["train_samples"], cfg["max_new_tokens"],
-                                           cfg["temperature"], gen)
-            pairs, agrees = make_preference_pairs([e.prompt for e in train], texts, rewards, cfg["pairs_per_prompt"],
-                                                  cfg["beta"], rng)
-            torch.manual_seed(seed)
-            rm = ScalarHeadModel.from_policy(base)
-            log = train_reward_model(rm, tok, pairs, steps=cfg["rm_steps"], batch_size=cfg["rm_batch"],
-                                     lr=cfg["rm_lr"], seed=seed)
-            t_texts, t_rewards = sample_groups(base, tok, test, cfg["test_samples"], cfg["max_new_tokens"],
-                                               cfg["temperature"], gen)
-            flat = score_completions(rm, tok, [e.prompt for e, t in zip(test, t_texts) for _ in t],
-                                     [c for t in t_texts for c in t])
-            proxy = flat.reshape(t_rewards.shape) / cfg["beta"]  # the RM estimates beta * r + c(x)
-            curve = best_of_n_curve(proxy, t_rewards, Ns)
-            acc = best_of_n_curve(proxy, (t_rewards == 0).astype(float), Ns)
-            res["rm_loss"].append([h["loss"] for h in log])
-            res["rm_train_acc"].append([h["accuracy"] for h in log])
-            res["pair_acc"].append(pair_accuracy(rm, tok, [e.prompt for e in test], t_texts, t_rewards, proxy))
-            res["label_agreement"].append(float(agrees.mean()))
-            res["proxy"].append(curve["proxy"])
-            res["true"].append(curve["true"])
-            res["oracle"].append(curve["oracle"])
-            res["acc_proxy"].append(acc["true"])
-            res["acc_oracle"].append(acc["oracle"])
-            res["n_pairs"].append(len(pairs))
-            res["base_true"].append(float(t_rewards.mean()))
-            res["base_acc"].append(float((t_rewards == 0).mean()))
-            # the per-prompt offset c(x) that Bradley-Terry cannot pin down: spread of per-prompt means
-            res["proxy_offset_std"].append(float(proxy.mean(1).std()))
-            # what the reward model likes best among all n samples of a prompt
-            top = proxy.argmax(1)
-            floor = true_reward("", test[0])
-            res["top_malformed"].append(float((t_rewards[np.arange(len(test)), top] == floor).mean()))
-            res["base_malformed"].append(float((t_rewards == floor).mean()))
-            consistent = np.array([[self_consistent(c) for c in t] for t in t_texts])
-            res["top_consistent"].append(float(consistent[np.arange(len(test)), top].mean()))
-            res["base_consistent"].append(float(consistent.mean()))
-            # what the favourites have in common: a final answer with the wrong number of digits
-            values = [[parse_final_answer(c) for c in t] for t in t_texts]
-            wrong_len = np.array([[v is not None and len(str(v)) != len(str(e.answer)) for v in row]
-                                  for row, e in zip(values, test)])
-            res["top_right"].append(float((t_rewards[np.arange(len(test)), top] == 0).mean()))
-            res["top_wrong_len"].append(float(wrong_len[np.arange(len(test)), top].mean()))
-            res["base_wrong_len"].append(float(wrong_len.mean()))
-            res["true_wrong_len"].append(float(t_rewards[wrong_len].mean()) if wrong_len.any() else float("nan"))
-            res["true_right_len"].append(float(t_rewards[~wrong_len].mean()))
-            res["top_picks"].append([(e.prompt, e.answer, t_texts[i][top[i]], float(t_rewards[i, top[i]]))
-                                     for i, e in enumerate(test[:8])])
-        out = {k: (np.array(v) if k != "top_picks" else v) for k, v in res.items()}
-        out.update(Ns=np.array(Ns), config=cfg, profile=prof.name, seconds=time.perf_counter() - t0)
-        return out
-
-
-RM_CLAIMS = {
-    "falls": Claim(
-        key="reward_models/gold-reward-falls-under-best-of-n",
-        paper="Gao, Schulman and Hilton, Scaling Laws for Reward Model Overoptimization, 2022, arXiv:2210.10760",
-        statement="as best-of-n optimises a proxy reward model harder, the gold reward first rises and then "
-                  "falls (tested here: at the largest n it is below its n = 1 value)",
-        source="abstract and section 3 (best-of-n results)",
-        setting="tiny Llama addition model (the lab's medium base); Bradley-Terry reward model from its trunk, "
-                "trained on 400 prompts x 8 pairs labelled by a graded true reward at beta = 4; best-of-N on 48 "
-                "held-out prompts x 64 samples",
-        metric="true reward of the proxy's pick, unbiased best-of-N estimate", method="N = 64", baseline="N = 1",
-        kind="less", margin=0.0),
-    "proxy_rises": Claim(
-        key="reward_models/proxy-rises-under-best-of-n",
-        paper="Gao, Schulman and Hilton, Scaling Laws for Reward Model Overoptimization, 2022, arXiv:2210.10760",
-        statement="the proxy reward of the best-of-n pick rises monotonically with n",
-        source="abstract and section 3", setting="as for the gold-reward claim",
-        metric="proxy score of the proxy's pick, in true-reward units", method="N = 64", baseline="N = 1",
-        kind="greater", margin=0.0),
-}
-
-
-def rm_verdicts(res: dict) -> dict:
-    """The verdicts of :data:`RM_CLAIMS` on :func:`run_reward_model_experiment`'s output (one value per seed)."""
-    s = res["seconds"]
-    return {"falls": evaluate(RM_CLAIMS["falls"], res["true"][:, -1], res["true"][:, 0], seconds=s),
-            "proxy_rises": evaluate(RM_CLAIMS["proxy_rises"], res["proxy"][:, -1], res["proxy"][:, 0], seconds=s)}

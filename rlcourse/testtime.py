@@ -1,5 +1,6 @@
 """Test-time scaling: pass@k, majority vote and best-of-k curves, exact values to check their
-estimators against, and the base-vs-RL experiment of the chapter *Test-time scaling*.
+estimators against, and the sampled evaluation of a model that the chapter *Test-time scaling*'s
+study (:mod:`rlcourse.studies.test_time_scaling`) runs on the base model and after GRPO.
 
 =================================  ===========================================================
 :func:`pass_at_k_curve`            mean over prompts of the unbiased pass@k estimator
@@ -8,27 +9,22 @@ estimators against, and the base-vs-RL experiment of the chapter *Test-time scal
 :func:`naive_pass_at_k`            the plug-in ``1 - (1 - c/n)^k`` (biased low)
 :func:`exact_best_of_k`            best-of-k for k iid draws from a finite distribution
 :func:`expected_estimator`         exact expectation of an estimator over all ``M^n`` samples
-:func:`run_test_time_experiment`   base model vs a short GRPO run: the three curves for k = 1..n
+:func:`evaluate_samples`           ``n`` scored samples per prompt of a model
+:func:`curves_from_samples`        pass@k, maj@k and best-of-k from :func:`evaluate_samples`
 =================================  ===========================================================
 """
 from __future__ import annotations
 
-import copy
 import itertools
-import time
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
 
 from .lm.sampling import sample
-from .lm.zoo import greedy_accuracy, load_base_model
-from .claims import Claim, evaluate
 from .metrics import best_of_k, maj_at_k, pass_at_k
 from .preferences import parse_final_answer, true_reward
-from .profiles import Profile, profile as current_profile, one_torch_thread
 from .tasks import Example, get_task
-from .train import RLConfig, Trainer
 
 
 def _check_ks(ks: Sequence[int], n: int) -> list[int]:
@@ -156,7 +152,7 @@ def expected_estimator(estimator: Callable[[np.ndarray], float], probs: Sequence
     return total
 
 
-# ---------------------------------------------------------------------- the experiment
+# ---------------------------------------------------------------------- sampled evaluation
 def evaluate_samples(model, tokenizer, examples: Sequence[Example], n: int, max_new_tokens: int,
                      generator: torch.Generator, temperature: float = 1.0, chunk: int = 32) -> dict:
     """Sample ``n`` completions per example and score them.
@@ -194,118 +190,4 @@ def curves_from_samples(ev: dict, references: Sequence[Hashable], ks: Sequence[i
         "bok_conf": best_of_k_curve(ev["logprob"], ev["correct"], ks),
         "mean_correct": float(ev["correct"].mean()),
         "frac_unsolved": float((ev["correct"].sum(1) == 0).mean()),
-    }
-
-
-def experiment_sizes(prof: Profile) -> dict:
-    """The experiment's sizes for a profile."""
-    return prof.pick(
-        smoke=dict(eval_prompts=8, n=8, ks=[1, 2, 4, 8], maj_ks=[1, 3, 8], steps=2, prompts_per_step=4,
-                   num_generations=4, seeds=[0], max_new_tokens=10, noise_sigma=0.5, max_subsets=50),
-        book=dict(eval_prompts=128, n=32, ks=list(range(1, 33)), maj_ks=[1, 3, 5, 9, 17, 32], steps=80,
-                  prompts_per_step=16, num_generations=8, seeds=list(range(prof.seeds)), max_new_tokens=10,
-                  noise_sigma=0.5, max_subsets=200),
-    )
-
-
-def run_test_time_experiment(prof: Profile | None = None) -> dict:
-    """pass@k, maj@k and best-of-k for k = 1..n of the addition base model and of the same model after
-    a short GRPO run (lr 1e-4), one GRPO run per seed, all on the same held-out prompts.
-
-    Returns ``ks``, ``maj_ks``, ``base`` (a dict of curves) and ``rl`` (a list of such dicts, one per
-    seed), greedy accuracies before and after, the reward curves of the runs, and timing.
-    """
-    prof = prof or current_profile()
-    cfg = experiment_sizes(prof)
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
-        task = get_task("addition")
-        test = task.examples(cfg["eval_prompts"], seed=2000, split="test")
-        refs = [int(e.answer) for e in test]
-        rng = np.random.default_rng(0)
-        ev = evaluate_samples(base, tok, test, cfg["n"], cfg["max_new_tokens"], torch.Generator().manual_seed(0))
-        out = {"ks": np.array(cfg["ks"]), "maj_ks": np.array(cfg["maj_ks"]), "config": cfg, "profile": prof.name,
-               "base": curves_from_samples(ev, refs, cfg["ks"], cfg["maj_ks"], cfg["noise_sigma"], rng,
-                                        cfg["max_subsets"]),
-               "base_greedy": greedy_accuracy(base, tok, task, test, cfg["max_new_tokens"]),
-               "rl": [], "rl_greedy": [], "rl_reward": [], "base_correct": ev["correct"], "rl_correct": []}
-        for seed in cfg["seeds"]:
-            rl_cfg = RLConfig(advantage_estimator="grpo", learning_rate=1e-4, steps=cfg["steps"],
-                              prompts_per_step=cfg["prompts_per_step"], num_generations=cfg["num_generations"],
-                              max_completion_length=cfg["max_new_tokens"], seed=seed, progress=False)
-            torch.manual_seed(seed)
-            trainer = Trainer(copy.deepcopy(base), tok, task, rl_cfg, eval_examples=test)
-            trainer.train()
-            ev_rl = evaluate_samples(trainer.model, tok, test, cfg["n"], cfg["max_new_tokens"],
-                                     torch.Generator().manual_seed(1 + seed))
-            out["rl"].append(curves_from_samples(ev_rl, refs, cfg["ks"], cfg["maj_ks"], cfg["noise_sigma"], rng,
-                                              cfg["max_subsets"]))
-            out["rl_greedy"].append(trainer.evaluate())
-            out["rl_reward"].append(np.array([h["reward"] for h in trainer.history]))
-            out["rl_correct"].append(ev_rl["correct"])
-            # positive control for the equivalence claim: the base model again, with fresh samples
-            ev_b = evaluate_samples(base, tok, test, cfg["n"], cfg["max_new_tokens"],
-                                    torch.Generator().manual_seed(100 + seed))
-            out.setdefault("base_rerun_pass", []).append(pass_at_k_curve(ev_b["correct"], cfg["ks"]))
-        out["seconds"] = time.perf_counter() - t0
-        return out
-
-
-_TTS_SETTING = ("tiny Llama addition model (the lab's medium base) vs the same after 80 GRPO steps (16 prompts x 8, "
-                "lr 1e-4), one run per seed; 128 held-out prompts, n = 32 samples each at T = 1, unbiased estimators; "
-                "the base model is evaluated once, so its value is the same in every pair")
-_YUE = ("Yue et al., Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base "
-        "Model?, 2025, arXiv:2504.13837")
-TTS_CLAIMS = {
-    "pass1": Claim(
-        key="test_time_scaling/rl-raises-pass1", paper=_YUE,
-        statement="RL-trained models outperform their base models at small values of k (e.g., k = 1)",
-        source="abstract (arXiv v1, 2025)", setting=_TTS_SETTING, metric="pass@1 on the held-out prompts",
-        method="after GRPO", baseline="base model", kind="greater", margin=0.0),
-    "gain_shrinks": Claim(
-        key="test_time_scaling/gain-shrinks-with-k", paper=_YUE,
-        statement="RL's advantage over the base model is at small k; at large k the base model catches up",
-        source="abstract (arXiv v1, 2025)", setting=_TTS_SETTING + "; largest k = n = 32",
-        metric="RL's pass@k gain over the base model", method="gain at k = 32", baseline="gain at k = 1",
-        kind="less", margin=0.0),
-    "large_k": Claim(
-        key="test_time_scaling/base-comparable-at-large-k", paper=_YUE,
-        statement="base models can achieve a comparable or even higher pass@k score compared to their RL "
-                  "counterparts at large k values (tested here: comparable, within 2 points)",
-        source="abstract (arXiv v1, 2025); the margin 0.02 is ours, fixed before the run",
-        setting=_TTS_SETTING + "; k = n = 32 (the paper's large k is hundreds)",
-        metric="pass@32 on the held-out prompts", method="after GRPO", baseline="base model",
-        kind="equivalent", margin=0.02),
-    "control": Claim(
-        key="test_time_scaling/control-same-model-comparable", role="positive control",
-        paper="(positive control for the claim 'comparable at large k')",
-        statement="the same model, evaluated twice with fresh samples, is comparable within 2 points at k = n: "
-                  "shows that the equivalence test can conclude at this number of prompts and samples",
-        source="this chapter", setting=_TTS_SETTING + "; k = n = 32", metric="pass@32 on the held-out prompts",
-        method="base model, fresh samples", baseline="base model", kind="equivalent", margin=0.02),
-    "bok": Claim(
-        key="test_time_scaling/base-best-of-k-recovers-most", paper=_YUE,
-        statement="(this chapter's extension of the paper's reading to an imperfect verifier) with best-of-k by "
-                  "a noisy reward, sampling more from the base model recovers most of what RL bought: RL's lead "
-                  "at k = n is less than half its lead at k = 1",
-        source="this chapter; the paper's reading of pass@k", setting=_TTS_SETTING + "; scorer = graded true "
-        "reward + N(0, 0.5^2) noise", metric="RL's lead in best-of-k", method="lead at k = 32",
-        baseline="half the lead at k = 1", kind="less", margin=0.0, role="course hypothesis"),
-}
-
-
-def tts_verdicts(res: dict) -> dict:
-    """The verdicts of :data:`TTS_CLAIMS` on :func:`run_test_time_experiment`'s output (one value per seed)."""
-    base, rl, s = res["base"], res["rl"], res["seconds"]
-    n = len(rl)
-    gain = np.array([r["pass"] - base["pass"] for r in rl])  # (seeds, len(ks))
-    lead = np.array([r["bok_noisy"] - base["bok_noisy"] for r in rl])
-    return {
-        "pass1": evaluate(TTS_CLAIMS["pass1"], [r["pass"][0] for r in rl], [base["pass"][0]] * n, seconds=s),
-        "gain_shrinks": evaluate(TTS_CLAIMS["gain_shrinks"], gain[:, -1], gain[:, 0], seconds=s),
-        "large_k": evaluate(TTS_CLAIMS["large_k"], [r["pass"][-1] for r in rl], [base["pass"][-1]] * n, seconds=s),
-        "bok": evaluate(TTS_CLAIMS["bok"], lead[:, -1], 0.5 * lead[:, 0], seconds=s),
-        "control": evaluate(TTS_CLAIMS["control"], [c[-1] for c in res["base_rerun_pass"]], [base["pass"][-1]] * n,
-                            seconds=s),
     }

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.preferences import rm_verdicts, run_reward_model_experiment
-from rlcourse.testtime import run_test_time_experiment, tts_verdicts
+from rlcourse.studies.reward_models import rm_verdicts, run_reward_model_experiment
+from rlcourse.studies.test_time_scaling import run_test_time_experiment, tts_verdicts
 
 
 @pytest.mark.claims

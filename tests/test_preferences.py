@@ -171,3 +171,18 @@ def test_self_consistent():
     assert self_consistent("231|132") and self_consistent("82|28")
     assert not self_consistent("231|133") and not self_consistent("1|2|1") and not self_consistent("12")
     assert not self_consistent("|")
+
+
+def test_reward_model_study_cells_stand_alone():
+    """A later cell of the grid, run with the others, equals the same cell run alone (each cell loads
+    the base model and seeds its samplers itself); a bad arm is named."""
+    import rlcourse
+    from rlcourse.studies import reward_models as study
+    from rlcourse.studies import run_study
+
+    s = study.rm_study(rlcourse.profile("smoke"))
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert res.metrics[(arm, seed)] == study.run_cell(arm, seed, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'Bradley-Terry RM'"):
+        study.run_cell("no such arm", 0, dict(s.sizes))

@@ -110,3 +110,19 @@ def test_curves_and_errors():
         maj_at_k_curve(answers, [5], [1])
     with pytest.raises(ValueError, match="distinct"):
         exact_best_of_k([1, 1], [0, 1], [0.5, 0.5], 2)
+
+
+def test_test_time_study_cells_stand_alone():
+    """A later cell of the grid, run with the others, equals the same cell run alone (each cell loads
+    the base model and seeds torch and numpy itself); a bad arm is named."""
+    import rlcourse
+    from rlcourse.studies import run_study
+    from rlcourse.studies import test_time_scaling as study
+
+    s = study.tts_study(rlcourse.profile("smoke"))
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert arm == "GRPO"
+    assert res.metrics[(arm, seed)] == study.run_cell(arm, seed, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'GRPO'"):
+        study.run_cell("no such arm", 0, dict(s.sizes))
