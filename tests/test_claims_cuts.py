@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods import cuts
+from rlcourse.studies import cuts
 
 
 @pytest.fixture(scope="module")

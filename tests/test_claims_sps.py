@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods import sps
+from rlcourse.studies import sps
 
 
 def _consistent(v):

@@ -1,8 +1,8 @@
 """CUTS / Mixed-CUTS: the candidate set (contains the argmax, at most exp(H) tokens, greedy when
 peaked), CUTS's draws (inside C_t, uniform there by a chi-square test), its KL bound, the mixed
 group's non-degeneracy probability and reward variance against Monte Carlo, the vanishing GRPO
-advantage, the off-policy direction of a softmax bandit, the cuts_is loss, and the registered sampler
-in the Trainer."""
+advantage, the off-policy direction of a softmax bandit, the cuts_is loss, the registered sampler
+in the Trainer, and the study's cells."""
 import math
 
 import numpy as np
@@ -215,7 +215,7 @@ def test_sampler_in_the_trainer(smoke_model):
 def test_lm_verdicts_gate_the_mixed_groups_claim_on_the_exploring_control():
     """The typical-set arm's mixed-groups verdict is 'uninformative' when the top-2 explorer did not raise
     the mixed share, and an ordinary verdict when it did (made-up per-seed numbers)."""
-    from rlcourse.methods import cuts
+    from rlcourse.studies import cuts
 
     def fake(explorer_gain):
         arms = list(cuts.ARMS)
@@ -233,3 +233,22 @@ def test_lm_verdicts_gate_the_mixed_groups_claim_on_the_exploring_control():
     assert not bad["explorer"].holds and bad["mixed"].verdict == "uninformative"
     assert bad["hard"].verdict != "uninformative"  # the harder variant rests on the other control, which held
     assert "steps" in good["mixed"].claim.setting and "20 steps" in good["mixed"].claim.setting
+
+
+def test_lm_study_cells_stand_alone():
+    """A later cell of the grid, run with the others, equals the same cell run alone (the loop's timings
+    aside); a bad arm is named."""
+    from rlcourse.studies import cuts
+    from rlcourse.studies.runner import run_study
+
+    s = cuts.lm_study(rlcourse.profile("smoke"), seeds=2, steps=2,
+                      arms={k: cuts.ARMS[k] for k in ("GRPO", "Mixed-CUTS")})
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("Mixed-CUTS", 1)
+    assert res.metrics[(arm, seed)] == cuts.run_cell(arm, seed, dict(s.sizes))
+    assert len(res.metrics[(arm, seed)]["explore"]) == 2 and "explore" not in res.metrics[("GRPO", 1)]
+    with pytest.raises(ValueError, match="the arms are .*'Mixed-CUTS'"):
+        cuts.run_cell("no such arm", 0, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        cuts.run_base_cell("no such arm", 0, cuts.base_study(rlcourse.profile("smoke")).sizes)

@@ -2,7 +2,7 @@
 against autograd and its flow, tabular MaxEnt IRL's fixed point (the demonstration histogram; uniform
 over de-duplicated demonstrations), pass@k from a success rate against the unbiased estimator by Monte
 Carlo, the IRL reward and its fixed point, the schedule, and the registered reward in the Trainer
-(phases, de-duplicated demonstrations in the state, exact resume)."""
+(phases, de-duplicated demonstrations in the state, exact resume); the studies' cells stand alone."""
 import copy
 import math
 from types import SimpleNamespace
@@ -184,3 +184,41 @@ def test_bandit_grpo_squeezes_and_irl_keeps_the_minority_strategy():
     assert s["pi2"][-1] > g["pi2"][-1] and s["irl"].sum() == 60 and g["irl"].sum() == 0
     with pytest.raises(ValueError, match="method"):
         train_bandit("ppo", cfg, 0)
+
+
+def test_bandit_study_cells_stand_alone():
+    """A later cell of the bandit's grid, run with the others, equals the same cell run alone; a bad arm
+    is named."""
+    import rlcourse
+    from rlcourse.studies import sps as study
+    from rlcourse.studies.runner import run_study
+
+    s = study.bandit_study(rlcourse.profile("smoke"), BanditConfig(steps=20, eval_every=10), seeds=3)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("SPS", 2)
+    assert res.metrics[(arm, seed)] == study.run_cell(arm, seed, dict(s.sizes))
+    assert res.metrics[(arm, seed)]["steps"] == [0, 10, 20]
+    with pytest.raises(ValueError, match="the arms are .*'SPS'"):
+        study.run_cell("no such arm", 0, dict(s.sizes))
+
+
+def test_lm_study_cells_stand_alone():
+    """A later cell of the language-model grid equals the same cell run alone (the loop's timings aside);
+    a bad arm is named."""
+    import rlcourse
+    from rlcourse.studies import sps as study
+    from rlcourse.studies.runner import run_study
+
+    def untimed(m):
+        return {**m, "history": [{k: v for k, v in h.items() if not (k.startswith("time_") or k.endswith("seconds"))}
+                                 for h in m.get("history", [])]}
+
+    s = study.lm_study(rlcourse.profile("smoke"), seeds=2, steps=2)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("SPS", 1)
+    assert untimed(res.metrics[(arm, seed)]) == untimed(study.run_lm_cell(arm, seed, dict(s.sizes)))
+    assert res.metrics[("base model", 0)]["before"] == res.metrics[("base model", 1)]["before"]
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        study.run_lm_cell("no such arm", 0, dict(s.sizes))

@@ -18,20 +18,19 @@ off-policy handling and every equation here are the course's reconstruction.
 ``addition_short``  task          two-digit sums with one single-digit operand (``86+3=``): the
                                   harder held-out variant of the chapter's experiment
 =================== ============= ==============================================================
+
+The chapter's experiment (GRPO against Mixed-CUTS from a saturated tiny model) and its claims are a
+study in :mod:`rlcourse.studies.cuts`.
 """
 from __future__ import annotations
 
-import copy
-import time
 from dataclasses import replace
 
 import numpy as np
 import torch
 
-from ..claims import Claim, Verdict, evaluate
-from ..metrics import distinct_count, empirical_entropy, frac_mixed_groups
+from ..metrics import frac_mixed_groups
 from ..ops import masked_mean
-from ..profiles import Profile, one_torch_thread
 from ..rollout import register_sampler
 from ..lm.sampling import sample
 from .behaviour_is import behaviour_is_alias
@@ -255,160 +254,3 @@ class ShortOperandAddition(Addition):
             ex = super()._draw(rng)
             if (ex.meta["a"] < 10) != (ex.meta["b"] < 10):
                 return ex
-
-
-# ---------------------------------------------------------------------- the experiment
-EXPLORER = "Mixed-CUTS, top-2 explorer (control)"
-ARMS = {  # name -> (training task, RLConfig parts)
-    "GRPO": ("addition", dict()),
-    "Mixed-CUTS": ("addition", dict(sampler="mixed_cuts")),
-    "Mixed-CUTS + IS": ("addition", dict(sampler="mixed_cuts", policy_loss="cuts_is")),
-    "GRPO on short-operand sums (control)": ("addition_short", dict()),
-    # an explorer that explores by construction: uniform over the two most probable tokens at every step
-    # (the package's top_k rule), so its rows leave the greedy path even where the typical set is one token
-    EXPLORER: ("addition", dict(sampler="mixed_cuts", sampler_kwargs={"rule": "top_k", "top_k": 2})),
-}
-HARD = "addition_short"
-
-
-@torch.no_grad()
-def probe(model, tokenizer, task, examples, G: int, max_new_tokens: int, seed: int = 0) -> dict:
-    """Sample ``G`` responses per held-out prompt from the policy (temperature 1, no CUTS) and measure:
-    ``accuracy`` (sampled), ``mixed_groups`` (:func:`rlcourse.metrics.frac_mixed_groups`), ``entropy``
-    (mean policy entropy per response token), ``distinct`` (mean distinct responses per prompt,
-    :func:`rlcourse.metrics.distinct_count`) and ``text_entropy`` (mean plug-in entropy of a prompt's
-    responses, :func:`rlcourse.metrics.empirical_entropy`)."""
-    batch = sample(model, tokenizer, [e.prompt for e in examples], num_generations=G, max_new_tokens=max_new_tokens,
-                   generator=torch.Generator().manual_seed(seed))
-    per_row = [examples[int(i)] for i in batch.index]
-    scores = torch.as_tensor(task.rewards(batch.texts, per_row))
-    groups = [batch.texts[i * G:(i + 1) * G] for i in range(len(examples))]
-    return {"accuracy": float(scores.mean()), "mixed_groups": frac_mixed_groups(scores, G),
-            "entropy": float(masked_mean(batch.entropy, batch.response_mask)),
-            "distinct": float(np.mean([distinct_count(g) for g in groups])),
-            "text_entropy": float(np.mean([empirical_entropy(g) for g in groups]))}
-
-
-def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4,
-                      arms: dict | None = None) -> dict:
-    """Every arm of :data:`ARMS` from one near-saturated base model (book: greedy accuracy about 0.95 on
-    two-digit addition), ``P.seeds`` paired seeds, ``G = 8`` (Mixed-CUTS: 4 + 4).
-
-    Returns, per arm, ``(seeds,)`` arrays: ``acc`` (held-out greedy accuracy, training distribution),
-    ``hard`` (held-out greedy accuracy on ``addition_short``), ``mixed_train`` (mean share of training
-    groups whose rewards differ), and the final :func:`probe` values ``entropy``, ``distinct``,
-    ``mixed_probe``, ``sampled``; ``curves[arm]`` ``(seeds, steps)`` of the training groups' mixed share
-    and of the policy rows' entropy; ``base`` (the same measurements of the base model),
-    ``sub_rewards_by_arm[arm]`` for each ``mixed_cuts`` arm (``(seeds, steps)`` exploit and explore rewards
-    and share of CUTS tokens with ``|C_t| = 1``), ``sub_rewards`` (that of ``"Mixed-CUTS"``), ``seconds``."""
-    from ..lm import load_base_model
-    from ..lm.zoo import greedy_accuracy, max_new_tokens_for
-    from ..tasks import get_task
-    from ..train import RLConfig, Trainer
-
-    n = seeds or P.seeds
-    steps = steps or P.pick(smoke=2, book=20)
-    arms = arms or ARMS
-    G = 8
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        model, tok = load_base_model("addition", P.pick(smoke="medium", book=0.95), prof=P, progress=False)
-        task, hard = get_task("addition"), get_task(HARD)
-        ev = task.examples(P.pick(smoke=16, book=256), seed=4321, split="test")
-        ev_hard = hard.examples(P.pick(smoke=16, book=150), seed=4321, split="test")
-        probe_ex = ev[:P.pick(smoke=4, book=64)]
-        T = max_new_tokens_for(task, ev_hard)
-
-        def measure(m) -> dict:
-            pr = probe(m, tok, task, probe_ex, G, T)
-            return {"acc": greedy_accuracy(m, tok, task, ev, T), "hard": greedy_accuracy(m, tok, hard, ev_hard, T),
-                    "entropy": pr["entropy"], "distinct": pr["distinct"], "mixed_probe": pr["mixed_groups"],
-                    "sampled": pr["accuracy"]}
-
-        base = measure(model)
-        out = {k: {} for k in ("acc", "hard", "entropy", "distinct", "mixed_probe", "sampled", "mixed_train")}
-        curves = {"mixed": {}, "entropy": {}}
-        subs = {}
-        for arm, (train_task, parts) in arms.items():
-            rows = {k: [] for k in out}
-            cm, ce = [], []
-            for seed in range(n):
-                cfg = RLConfig(num_generations=G, prompts_per_step=P.pick(smoke=2, book=8), steps=steps,
-                               learning_rate=lr, max_completion_length=T, seed=seed, progress=False, **parts)
-                trainer = Trainer(copy.deepcopy(model), tok, train_task, cfg, eval_examples=ev[:8])
-                hist = trainer.train()
-                got = measure(trainer.model)
-                for k in ("acc", "hard", "entropy", "distinct", "mixed_probe", "sampled"):
-                    rows[k].append(got[k])
-                cm.append([1.0 - h["frac_zero_std_groups"] for h in hist])
-                ce.append([h.get("cuts_exploit_entropy", h["entropy"]) for h in hist])
-                rows["mixed_train"].append(float(np.mean(cm[-1])))
-                if parts.get("sampler") == "mixed_cuts":
-                    sub = subs.setdefault(arm, {"exploit": [], "explore": [], "greedy_share": []})
-                    sub["exploit"].append([h["cuts_exploit_reward"] for h in hist])
-                    sub["explore"].append([h["cuts_explore_reward"] for h in hist])
-                    sub["greedy_share"].append([h["cuts_greedy_share"] for h in hist])
-            for k in out:
-                out[k][arm] = np.array(rows[k])
-            curves["mixed"][arm], curves["entropy"][arm] = np.array(cm), np.array(ce)
-    subs = {arm: {k: np.array(v) for k, v in sub.items()} for arm, sub in subs.items()}
-    return {**out, "curves": curves, "base": base, "sub_rewards_by_arm": subs, "sub_rewards": subs.get("Mixed-CUTS", {}),
-            "arms": list(arms), "seeds": n, "steps": steps, "G": G, "lr": lr, "seconds": time.perf_counter() - t0}
-
-
-def setting(steps: int, lr: float) -> str:
-    """The claims' setting sentence, with the run's budget."""
-    return ("tiny Llama (book profile) pre-trained on two-digit addition (reversed-digit scratchpad) to about 95% "
-            f"held-out greedy accuracy; 8 prompts x G = 8 per step, {steps} steps, AdamW lr {lr:g}; Mixed-CUTS = 4 "
-            "policy + 4 CUTS rows (typical-set rule) per group; control explorer: 4 + 4 rows with the top-2 rule; "
-            "harder held-out variant: sums with one single-digit operand")
-
-
-def lm_claims(steps: int = 20, lr: float = 1e-4) -> dict[str, Claim]:
-    """The chapter's claims, for a run of ``steps`` steps at learning rate ``lr``. Two are gated on a
-    positive control: the mixed-groups claim on the top-2 explorer (an explorer that leaves the greedy
-    path does raise the share of mixed groups here), the harder-variant claim on GRPO trained on the
-    harder variant (the budget can move its accuracy)."""
-    common = dict(paper=PAPER, setting=setting(steps, lr), baseline="GRPO", kind="greater")
-    return {
-        "mixed": Claim(key="cuts/mixed-groups", source="abstract", statement="Mixed-CUTS mixes exploitative and "
-                       "exploratory rollouts 'to amplify intra-group advantage variance'", paper_number="",
-                       metric="mean share of training groups whose rewards are not all equal", method="Mixed-CUTS",
-                       control="cuts/explorer-control", **common),
-        "entropy": Claim(key="cuts/entropy", source="abstract", statement="the approach 'prevents policy "
-                         "degeneration' (GRPO's groups are all correct and it mode-collapses)", paper_number="",
-                         metric="policy entropy per token at the end, sampled on 64 held-out prompts",
-                         method="Mixed-CUTS", **common),
-        "hard": Claim(key="cuts/harder-variant", source="abstract", statement="Mixed-CUTS 'significantly boosts "
-                      "out-of-domain generalization'", paper_number="AIME25 Pass@1 up to +15.1% over GRPO (Qwen3)",
-                      metric="held-out greedy accuracy on short-operand sums at the end", method="Mixed-CUTS",
-                      control="cuts/short-operand-control", **common),
-        "control": Claim(key="cuts/short-operand-control", role="positive control", source="positive control (ours)",
-                         statement="positive control: the harder variant can be learned at this scale and budget "
-                         "(GRPO trained on it beats GRPO trained on ordinary sums)", paper_number="",
-                         metric="held-out greedy accuracy on short-operand sums at the end",
-                         method="GRPO on short-operand sums (control)", **common),
-        "explorer": Claim(key="cuts/explorer-control", role="positive control", source="positive control (ours)",
-                          statement="positive control: an explorer that leaves the greedy path (4 of 8 rows uniform "
-                          "over the two most probable tokens) raises the share of training groups with differing "
-                          "rewards above GRPO's at this scale", paper_number="",
-                          metric="mean share of training groups whose rewards are not all equal", method=EXPLORER,
-                          **common),
-    }
-
-
-def lm_verdicts(out: dict) -> dict[str, Verdict]:
-    """The claims of :func:`lm_claims` on a run of :func:`run_lm_experiment`; the controls are decided
-    first and handed to the claims that rest on them (an arm the run left out skips its claims)."""
-    c, s = lm_claims(out["steps"], out["lr"]), out["seconds"]
-    m = {"mixed": "mixed_train", "entropy": "entropy", "hard": "hard", "control": "hard", "explorer": "mixed_train"}
-    v = {}
-    for k in ("control", "explorer", "mixed", "entropy", "hard"):
-        claim = c[k]
-        if claim.method not in out[m[k]]:
-            continue
-        ctrl = next((v[j] for j in v if c[j].key == claim.control), None)
-        if claim.control is not None and ctrl is None:
-            continue
-        v[k] = evaluate(claim, out[m[k]][claim.method], out[m[k]]["GRPO"], seconds=s, control=ctrl)
-    return v

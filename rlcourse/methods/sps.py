@@ -16,22 +16,19 @@ This module holds
 * the registered reward ``"sps"`` (and :func:`make_sps_reward` for other schedules): it runs the
   alternation inside the unchanged trainer, keeping its phase counter and the demonstration set in
   ``state["sps"]`` (saved in checkpoints);
-* the chapter's experiments: the shared-strategy contextual bandit (GRPO against GRPO + IRL) and
-  the tiny language model on countdown, where many different expressions are correct.
+* the shared-strategy contextual bandit and its per-seed trainer :func:`train_bandit` (GRPO against
+  GRPO + IRL).
+
+The chapter's experiments (the bandit's grid and the tiny language model on countdown, where many
+different expressions are correct) and their claims are studies in :mod:`rlcourse.studies.sps`.
 """
 from __future__ import annotations
 
-import copy
-import math
-import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..claims import Claim, Verdict, evaluate
-from ..metrics import mean_pass_at_k
-from ..profiles import Profile, one_torch_thread
 from ..rewards import get_reward, register_reward
 from .noisy import group_advantages
 
@@ -346,149 +343,3 @@ def train_bandit(method: str, cfg: BanditConfig, seed: int) -> dict:
     out = {key: np.array(v) for key, v in hist.items()}
     out.update(demos=int(found.sum()), irl=irl)
     return out
-
-
-def run_bandit_experiment(P: Profile, cfg: BanditConfig | None = None, seeds: int | None = None) -> dict:
-    """GRPO and GRPO + IRL (SPS) on the shared-strategy bandit over ``P.toy_seeds`` paired seeds.
-
-    Returns ``runs[arm]`` (a list of :func:`train_bandit` outputs, one per seed), ``cfg``, ``seeds``,
-    ``seconds``."""
-    cfg = cfg or BanditConfig(steps=P.pick(smoke=30, book=300))
-    n, t0 = seeds or P.toy_seeds, time.perf_counter()
-    runs = {arm: [train_bandit(m, cfg, s) for s in range(n)] for arm, m in (("GRPO", "grpo"), ("SPS", "sps"))}
-    return {"runs": runs, "cfg": cfg, "seeds": n, "seconds": time.perf_counter() - t0}
-
-
-BANDIT_SETTING = ("shared-strategy contextual bandit: 100 training and 100 held-out prompts, c1 = 0.8, shared "
-                  "strategy bias (lr 0.3) plus a slow prompt-conditional head (lr 0.006), 16 prompts x 8 samples per "
-                  "step, 300 steps; SPS: 10 GRPO steps then 10 IRL steps (MaxEnt reward on de-duplicated correct "
-                  "pairs, entropy-regularised GRPO step), repeated")
-
-
-def bandit_claims() -> dict[str, Claim]:
-    common = dict(paper=PAPER, source="abstract", setting=BANDIT_SETTING, paper_number="five reasoning benchmarks "
-                  "(not reproduced)")
-    return {
-        "squeeze": Claim(key="sps/bandit-grpo-squeezes", statement="RL (GRPO) squeezes probability onto the dominant "
-                         "strategy: its pass@k for large k falls during training", metric="held-out pass@16 (exact), "
-                         "end of training against step 0", method="GRPO (end)", baseline="GRPO (step 0)", kind="less",
-                         margin=0.02, **common),
-        "passk": Claim(key="sps/bandit-passk", statement="SPS improves pass@k over RL alone", metric="held-out pass@16 "
-                       "(exact) at the end of training", method="SPS", baseline="GRPO", kind="greater", margin=0.02,
-                       control="sps/bandit-grpo-squeezes", **common),
-        "pass1": Claim(key="sps/bandit-pass1", role="course hypothesis",
-                       statement="SPS keeps pass@1 (our reading: within 0.05 of RL alone)",
-                       metric="held-out pass@1 (exact) at the end of training", method="SPS", baseline="GRPO",
-                       kind="equivalent", margin=0.05, **common),
-    }
-
-
-def bandit_verdicts(out: dict) -> dict[str, Verdict]:
-    """The bandit's claims; SPS's pass@k gain rests on GRPO's squeeze (without a squeeze there is nothing
-    for SPS to recover, and the comparison is uninformative)."""
-    g, s, sec = out["runs"]["GRPO"], out["runs"]["SPS"], out["seconds"]
-    c = bandit_claims()
-    squeeze = evaluate(c["squeeze"], [r["passk"][-1] for r in g], [r["passk"][0] for r in g], seconds=sec)
-    return {"squeeze": squeeze,
-            "passk": evaluate(c["passk"], [r["passk"][-1] for r in s], [r["passk"][-1] for r in g], seconds=sec,
-                              control=squeeze),
-            "pass1": evaluate(c["pass1"], [r["pass1"][-1] for r in s], [r["pass1"][-1] for r in g], seconds=sec)}
-
-
-# ---------------------------------------------------------------------- the tiny language model
-def sample_correctness(model, tokenizer, task, examples, n: int, max_new_tokens: int, seed: int) -> dict:
-    """Draw ``n`` samples per example at temperature 1; returns ``correct`` ``(P, n)`` and ``texts`` (P lists)."""
-    from ..lm import sample
-    gen = torch.Generator().manual_seed(seed)
-    batch = sample(model, tokenizer, [e.prompt for e in examples], num_generations=n, max_new_tokens=max_new_tokens,
-                   generator=gen)
-    per_row = [e for e in examples for _ in range(n)]
-    correct = task.rewards(batch.texts, per_row).reshape(len(examples), n)
-    texts = [batch.texts[i * n:(i + 1) * n] for i in range(len(examples))]
-    return {"correct": correct, "texts": texts}
-
-
-def lm_diversity(correct: np.ndarray, texts, ks=(1, 16)) -> dict:
-    """pass@k (unbiased, :func:`~rlcourse.metrics.mean_pass_at_k`) and the mean number of distinct correct
-    responses per prompt."""
-    from ..metrics import distinct_correct
-    out = {f"pass{k}": v for k, v in mean_pass_at_k(correct, ks).items()}
-    out["distinct_correct"] = float(np.mean([distinct_correct(t, c) for t, c in zip(texts, correct)]))
-    return out
-
-
-def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 3e-4) -> dict:
-    """GRPO against GRPO + SPS (the reward :class:`SPSReward`) on the tiny countdown model.
-
-    Training draws from a fixed pool of distinct training prompts (so that each prompt is met often
-    and its demonstration set fills); pass@1, pass@16 and distinct correct expressions are measured
-    on the same prompts with 32 samples each, before and after training. Returns ``before``
-    (a :func:`lm_diversity` dict), ``before_per_seed`` (the base model measured again with each seed's
-    own sampling seed, so that a comparison with the base carries the base's sampling noise too), ``after[arm]`` (a list of them, one per seed), ``demos`` (SPS's
-    demonstration count per seed), ``history[arm]`` (per-seed lists of the loop's metrics), ``seconds``."""
-    from ..lm import load_base_model
-    from ..tasks import get_task
-    from ..train import RLConfig, Trainer
-
-    n, steps = seeds or P.seeds, steps or P.pick(smoke=3, book=40)
-    n_samples, t0 = P.pick(smoke=4, book=32), time.perf_counter()
-    ks = (1, P.pick(smoke=4, book=16))
-    task = get_task("countdown")
-    pool = task.examples(P.pick(smoke=4, book=16), seed=5, split="train", distinct=True)
-    out = {"after": {}, "demos": [], "history": {}}
-    with one_torch_thread():
-        model, tok = load_base_model(task, "weak", prof=P, progress=False)
-        out["before"] = lm_diversity(**sample_correctness(model, tok, task, pool, n_samples, 10, seed=99), ks=ks)
-        out["before_per_seed"] = [lm_diversity(**sample_correctness(model, tok, task, pool, n_samples, 10,
-                                                                    seed=200 + seed), ks=ks) for seed in range(n)]
-        for arm in ("GRPO", "SPS"):
-            out["after"][arm], out["history"][arm] = [], []
-            for seed in range(n):
-                reward = "task" if arm == "GRPO" else make_sps_reward(n_rl=10, n_irl=10)
-                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
-                               steps=steps, learning_rate=lr, max_completion_length=10, seed=seed, reward=reward,
-                               progress=False)
-                tr = Trainer(copy.deepcopy(model), tok, task, cfg, train_examples=pool, eval_examples=pool[:1])
-                tr.train()
-                out["after"][arm].append(lm_diversity(**sample_correctness(tr.model, tok, task, pool, n_samples, 10,
-                                                                           seed=100 + seed), ks=ks))
-                out["history"][arm].append(tr.history)
-                if arm == "SPS":
-                    out["demos"].append(sum(len(v) for v in tr.state["sps"]["demos"].values()))
-    out.update(seeds=n, steps=steps, lr=lr, ks=ks, n_prompts=len(pool), n_samples=n_samples,
-               seconds=time.perf_counter() - t0)
-    return out
-
-
-LM_SETTING = ("tiny Llama (book profile) pre-trained on countdown (3 numbers up to 9, + - *) to about 20% greedy "
-              "accuracy; 16 training prompts, 8 prompts x 8 samples a step, lr 3e-4, 40 steps; SPS: 10 GRPO steps, "
-              "then 10 steps on the IRL reward, repeated; 32 samples per prompt for pass@k")
-
-
-def lm_claims() -> dict[str, Claim]:
-    common = dict(paper=PAPER, source="abstract", setting=LM_SETTING, paper_number="five reasoning benchmarks "
-                  "(not reproduced)")
-    return {
-        "squeeze": Claim(key="sps/lm-grpo-squeezes", statement="RL narrows the set of correct reasoning paths it "
-                         "explores (squeezing)", metric="distinct correct expressions per prompt in 32 samples",
-                         method="GRPO", baseline="base model", kind="less", **common),
-        "passk": Claim(key="sps/lm-passk", statement="SPS improves pass@k over RL alone", metric="pass@16 (unbiased, "
-                       "32 samples per training prompt) after training", method="SPS", baseline="GRPO",
-                       kind="greater", **common),
-        "distinct": Claim(key="sps/lm-distinct", statement="SPS explores more distinct reasoning paths than RL alone",
-                          metric="distinct correct expressions per prompt in 32 samples", method="SPS",
-                          baseline="GRPO", kind="greater", control="sps/lm-grpo-squeezes", **common),
-    }
-
-
-def lm_verdicts(out: dict) -> dict[str, Verdict]:
-    c, sec, n = lm_claims(), out["seconds"], out["seeds"]
-    after = {arm: {key: [d[key] for d in runs] for key in runs[0]} for arm, runs in out["after"].items()}
-    k = f"pass{out['ks'][1]}"
-    base = out.get("before_per_seed")  # older runs measured the base once
-    base = [d["distinct_correct"] for d in base] if base else [out["before"]["distinct_correct"]] * n
-    squeeze = evaluate(c["squeeze"], after["GRPO"]["distinct_correct"], base, seconds=sec)
-    return {"squeeze": squeeze,
-            "passk": evaluate(c["passk"], after["SPS"][k], after["GRPO"][k], seconds=sec),
-            "distinct": evaluate(c["distinct"], after["SPS"]["distinct_correct"], after["GRPO"]["distinct_correct"],
-                                 seconds=sec, control=squeeze)}
