@@ -14,6 +14,13 @@ CIR reward raises CIR" as "does not hold" on a percentile bootstrap: CIR rose by
 the path proposition predicts when the faithful path is the more accurate, and GRPO had left the CIR
 reward little headroom. Those two verdicts tested a setting that could not show the paper's effect;
 the study now gates them on the shortcut setting's path control.
+
+The current study's book run of 5 Dec 2026 (5 seeds, t intervals, chapter 96 s): both path controls
+hold (shortcut competes +0.284 [0.243, 0.324]; faithful path wins +0.731 [0.695, 0.767]); GRPO raises
+accuracy (+0.379 [0.347, 0.410]) and raises CIR without a shortcut (+0.229 [0.213, 0.244]); GRPO
+lowers CIR with a shortcut, inconclusive (-0.027 [-0.085, 0.032]); the SFT warm-up and the CIR reward
+raise CIR, inconclusive (+0.028 [-0.059, 0.115]; +0.056 [-0.025, 0.137]); CIR+SR raises SR, holds
+(+0.735 [0.671, 0.800]); the joint reward keeps accuracy, holds (-0.017 [-0.035, 0.000]).
 """
 import math
 

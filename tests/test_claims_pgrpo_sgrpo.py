@@ -3,8 +3,8 @@
 Each test runs the chapter's experiment and its verdict function. The asserted verdicts were computed by
 an earlier version of the experiments (3 paired seeds, 4 Dec 2026) under the earlier percentile
 bootstrap, which at 3 seeds called "holds" whenever every seed cleared the margin. Under the t-interval
-rule they need a book-profile re-run: where it computes otherwise, pin the new verdict here with its
-date and numbers. The S-GRPO adaptation claim now compares with SFT at the rate choose_sft_lr picks on
+rule a book-profile re-run pins each verdict here with its date and numbers (P-GRPO: 5 Dec 2026, 5
+seeds: vs pooled and the stale-history bias still hold, vs GRPO per prompt is now inconclusive). The S-GRPO adaptation claim now compares with SFT at the rate choose_sft_lr picks on
 seeds 10-12, which the earlier run did not.
 """
 import numpy as np
@@ -23,8 +23,10 @@ def test_pgrpo_claims_book_profile():
         print(name, verdict.sentence())
     # P-GRPO's minority curve lies above the pooled normalisation's on every seed: the claim holds
     assert v["vs-pooled"].verdict == "holds"
-    # and above GRPO per prompt (which never mixes users): the claim holds, interval above 0
-    assert v["vs-grpo"].verdict == "holds"
+    # and above GRPO per prompt (which never mixes users). At 3 seeds on the percentile bootstrap this
+    # read "holds"; the book-profile run of 5 Dec 2026 at 5 seeds on the t interval computed
+    # "inconclusive": +0.053 [-0.030, 0.136], p = 0.075, smallest detectable effect 0.111
+    assert v["vs-grpo"].verdict == "inconclusive", v["vs-grpo"].sentence()
     # the stale-history bias of the proposition: the minority's mean advantage is positive: holds
     assert v["stale"].verdict == "holds"
     assert np.all(minority_mean_advantage(res) > 0)

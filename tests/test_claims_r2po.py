@@ -43,8 +43,12 @@ released inconclusive (+0.009 [-0.010, 0.039]). A one-seed re-run of that versio
 head drifting over the 80 steps: the training batches' per-token KL went from 0.156 (first 10 steps) to
 0.348 (last 10) released and from 0.022 to 0.430 corrected, and the R2PO arms' greedy accuracy ended at
 or below the base model's. Hence the head-KL control and the head-learning-rate rule (r2po.choose_head_lr,
-to be run with r2po.head_lr_sweep on seeds 10-12 and the choosing prompts). The current version has not
-been run in the book profile yet.
+to be run with r2po.head_lr_sweep on seeds 10-12 and the choosing prompts). The current version's book
+run of 5 Dec 2026 (5 seeds, t intervals, chapter 321 s): control holds (+0.138 [0.121, 0.155]);
+diversity holds (+1.68 [0.68, 2.68]); malformed share holds (-0.013 [-0.024, -0.002]); the head-KL
+control does not hold (end-of-run per-token KL 0.658 against the 0.1 budget, +0.558 [0.401, 0.714]:
+the head still drifts, at the rate choose_head_lr picked), so pass@1
+(-0.095 [-0.174, -0.016]) and the corrected ratio (+0.048 [-0.036, 0.133]) are uninformative.
 """
 import numpy as np
 import pytest
