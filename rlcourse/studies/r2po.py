@@ -192,7 +192,8 @@ def per_seed(out: dict, arm: str, where: str, key: str) -> np.ndarray:
 
 _SETTING = ("tiny Llama (book profile) pre-trained on two-digit addition ('47+85=' -> '132|231' reversed "
             f"scratchpad) to about 50% greedy accuracy; GRPO, 8 prompts x 8 samples, lr {LM_LR:g}, {LM_STEPS} steps, "
-            "the authors' format reward; head: residual MLP, one head update (lr 1e-2, beta 0.04) before each policy step")
+            "the authors' format reward; head: residual MLP, one head update (beta 0.04, learning rate by choose_head_lr "
+            "on seeds 10-12) before each policy step")
 _BASE = dict(paper=PAPER, setting=_SETTING, baseline="GRPO")
 CLAIMS = {
     "diverse": Claim(key="r2po/diverse-rollouts", source="abstract", statement="the residual rollout head yields "
