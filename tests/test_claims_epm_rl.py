@@ -6,8 +6,7 @@ measured rate lies in [0, 1], and every verdict follows the decision rule (uninf
 control did not hold). The label-channel control (a planted class-conditional label error, seeds 10-12),
 the paper's claim (RL over PEFT-only at each noise level) and the judge ablation can come out either
 way; their verdicts are evaluated, not asserted. The records below are earlier versions of this
-experiment, on percentile-bootstrap intervals; the label-channel control has not been run in the book
-profile yet.
+experiment, on percentile-bootstrap intervals, and (last) the current one on t intervals.
 
 Book runs of run_experiment (3 seeds, this machine's 2 cores shared with other jobs):
 - 2 Dec 2026, GRPO 30 steps at lr 1e-3: 161 s wall. Noise 0.2: +0.028 [-0.022, 0.058] inconclusive;
@@ -29,6 +28,11 @@ Book runs of run_experiment (3 seeds, this machine's 2 cores shared with other j
   run is deterministic); control 0.121 -> 0.478, +0.357 [0.319, 0.397] holds. Its lift is the grammar
   (well-formed 0.21 -> 0.88, faithful 0.03 -> 0.05), which the chapter says: it licenses "the testbed
   registers a lift the reward sees", not "RL cannot repair misread fields".
+- 5 Dec 2026, the current experiment (5 seeds, t intervals, label-channel control included; chapter
+  569 s, load ~5): format control holds +0.362 [0.328, 0.396]; label control does not hold +0.002
+  [-0.002, 0.007], so noise 0.7 is uninformative (+0.009 [-0.032, 0.050]); noise 0.2 inconclusive
+  +0.021 [-0.005, 0.048] (3-seed bootstrap: holds); no judge keeps accuracy, holds +0.016 [0.010,
+  0.022]; no judge loses faithfulness, does not hold +0.025 [-0.003, 0.053] at the margin 0.01.
 """
 import numpy as np
 import pytest
