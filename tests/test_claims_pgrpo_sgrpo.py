@@ -36,10 +36,8 @@ def test_pgrpo_claims_book_profile():
 
 @pytest.mark.claims
 def test_sgrpo_claims_book_profile():
-    from rlcourse.methods.sgrpo_runs import (gains_and_forgetting, learning_summary, run_sgrpo_frontier,
-                                             sgrpo_verdicts)
-
-    from rlcourse.methods.sgrpo_runs import choose_sft_lr
+    from rlcourse.studies.s_grpo import (choose_sft_lr, gains_and_forgetting, learning_summary, run_sgrpo_frontier,
+                                         sgrpo_verdicts)
 
     prof = rlcourse.profile("book")
     choice = choose_sft_lr(prof)

@@ -1,13 +1,13 @@
 """The PoE-steering chapter's claims, measured in the book profile (slow: `pytest -m claims`).
 
-Each assert is the verdict the chapter computes from the same claim objects (rlcourse.control.poe.CLAIMS)
+Each assert is the verdict the chapter computes from the same claim objects (rlcourse.studies.poe_steering.CLAIMS)
 on the same experiment functions, over the profile's toy seeds.
 """
 import pytest
 
 import rlcourse
-from rlcourse.control.mujoco_cells import run_balance_cells
-from rlcourse.control.poe import poe_verdicts, run_poe_experiment, selector_prefers_random_prior
+from rlcourse.studies.poe_steering import (poe_verdicts, run_balance_cells, run_poe_experiment,
+                                           selector_prefers_random_prior)
 
 
 @pytest.fixture(scope="module")

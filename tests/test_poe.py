@@ -394,7 +394,8 @@ def test_lqr_balances_the_double_pendulum_and_noise_grades_it():
 
 
 def test_balance_cells_smoke():
-    from rlcourse.control.mujoco_cells import BALANCE_RULES, run_balance_cells
+    from rlcourse.control.mujoco_cells import BALANCE_RULES
+    from rlcourse.studies.poe_steering import run_balance_cells
     from rlcourse.profiles import profile
 
     out = run_balance_cells(profile("smoke"), n_steps=200, bc_steps=5, episodes=2, max_steps=20, kl_states=50)
@@ -417,3 +418,23 @@ def test_mujoco_cells_run_end_to_end():
         assert set(out[prior]) == {"frozen", "poe", "additive", "prior"}
         assert all(np.isfinite(v) for v in out[prior].values())
     assert len({out[p]["frozen"] for p in ("good", "degraded", "random")}) == 1   # the frozen actor ignores the prior
+
+
+def test_poe_studies_cells_stand_alone():
+    """A later cell of each grid, run with the others, equals the same cell run alone; a bad arm is named."""
+    from dataclasses import replace
+
+    from rlcourse.profiles import profile
+    from rlcourse.studies import poe_steering as ps
+    from rlcourse.studies.runner import run_study
+
+    nav = ps.nav2d_study(replace(profile("smoke"), toy_seeds=2))
+    nav = replace(nav, sizes={**nav.sizes, "n_steps": 300, "bc_steps": 5, "episodes": 4, "kl_states": 50})
+    bal = ps.balance_study(profile("smoke"), seeds=2, n_steps=200, bc_steps=5, episodes=2, max_steps=20,
+                           kl_states=50)
+    for s, run in ((nav, ps.run_nav2d_cell), (bal, ps.run_balance_cell)):
+        res = run_study(s, jobs=1, cache=False)
+        arm, seed = s.cells()[-1]
+        assert seed == 1 and res.metrics[(arm, seed)] == run(arm, seed, dict(s.sizes))
+        with pytest.raises(ValueError, match=f"the arms are .*'{s.arms[0]}'"):
+            run("no such arm", 0, dict(s.sizes))

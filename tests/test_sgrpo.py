@@ -191,7 +191,7 @@ def test_injection_and_the_trainer_use_the_same_reward(tiny):
 
 # ------------------------------------------------------------------ the chapter's SFT frontier
 def test_sft_forgetting_at_reads_the_frontier():
-    from rlcourse.methods.sgrpo_runs import sft_forgetting_at
+    from rlcourse.studies.s_grpo import sft_forgetting_at
 
     slow = np.array([[0.0, 0.0], [0.1, 0.02], [0.2, 0.06]])
     fast = np.array([[0.0, 0.0], [0.2, 0.2], [0.4, 0.5]])
@@ -207,14 +207,14 @@ def test_sft_forgetting_at_reads_the_frontier():
 
 
 def test_sgrpo_claims_are_well_formed():
-    from rlcourse.methods.sgrpo_runs import SGRPO_CLAIMS
+    from rlcourse.studies.s_grpo import SGRPO_CLAIMS
 
     for c in SGRPO_CLAIMS.values():
         assert c.key.startswith("s_grpo/") and c.source == "abstract" and c.kind == "greater"
 
 
 def test_learning_summary_says_which_verdicts_rest_on_arms_that_learned():
-    import rlcourse.methods.sgrpo_runs as sgr
+    import rlcourse.studies.s_grpo as sgr
 
     def res(add_final):  # base addition 0.2; each arm's final addition accuracy per seed (2 seeds)
         curve = lambda f: {"addition": np.array([[0.2, f[0]], [0.2, f[1]]]),  # noqa: E731
@@ -237,7 +237,7 @@ def test_learning_summary_says_which_verdicts_rest_on_arms_that_learned():
 
 def test_frontier_run_rejects_an_empty_budget():
     import rlcourse
-    from rlcourse.methods.sgrpo_runs import run_sgrpo_frontier
+    from rlcourse.studies.s_grpo import run_sgrpo_frontier
 
     smoke = rlcourse.profile("smoke")
     with pytest.raises(ValueError, match="steps=0"):
@@ -249,10 +249,29 @@ def test_frontier_run_rejects_an_empty_budget():
 
 
 def test_sft_rate_rule_refuses_the_reported_seeds_and_compares_with_the_chosen_rate():
-    import rlcourse.methods.sgrpo_runs as sgr
+    import rlcourse.studies.s_grpo as sgr
     from rlcourse.profiles import profile
 
     with pytest.raises(ValueError, match="overlaps"):
         sgr.choose_sft_lr(profile("book"), first_seed=1)
     claim = sgr.SGRPO_CLAIMS["vs-sft-gain"]
     assert "best rate" in claim.baseline and "10-12" in claim.setting
+
+
+def test_frontier_study_cells_stand_alone():
+    """A later cell of the grid, run with the others, equals the same cell run alone; a bad arm is named."""
+    from dataclasses import replace
+
+    import rlcourse.studies.s_grpo as sgr
+    from rlcourse.studies.runner import run_study
+
+    s = sgr.frontier_study(replace(rlcourse.profile("smoke"), seeds=2))
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("S-GRPO", 1) and s.arms == ("SFT lr=0.0001", "GRPO", "S-GRPO")
+    assert res.metrics[(arm, seed)] == sgr.run_cell(arm, seed, dict(s.sizes))
+    assert len(res.metrics[(arm, seed)]["injected"]) == s.sizes["steps"] and "injected" not in res.metrics[("GRPO", 1)]
+    with pytest.raises(ValueError, match="the arms are .*'SFT lr=0.0001'.*'S-GRPO'"):
+        sgr.run_cell("no such arm", 0, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        sgr.run_base_cell("no such arm", 0, sgr.base_study(rlcourse.profile("smoke")).sizes)

@@ -3,8 +3,8 @@ experiment (D4RL-layout data, behaviour-cloned frozen actors, priors, compositio
 
 Two paths:
 
-* :func:`run_balance_cells` (book profile): InvertedDoublePendulum-v5 with a *competent* behaviour
-  policy, a linear-quadratic regulator (LQR) computed from the simulator by finite differences
+* the balance cells (book profile; :func:`rlcourse.studies.poe_steering.run_balance_cells`):
+  InvertedDoublePendulum-v5 with a *competent* behaviour policy, a linear-quadratic regulator (LQR) computed from the simulator by finite differences
   (:func:`lqr_gain`). Its data sets come in D4RL's grades (expert: LQR plus N(0, 0.1^2) noise;
   medium: LQR plus N(0, 0.3^2), which topples within tens of steps; random: uniform actions), each
   clones a frozen actor, and each actor is steered by a good prior (cloned from LQR plus
@@ -16,14 +16,12 @@ Two paths:
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ..profiles import Profile, one_torch_thread, profile as current_profile
 from .bc import GaussianMLP, RandomPrior, train_bc
-from .gaussians import compose, kl_budget_alpha
-from .offline import build_dataset, load_d4rl_hdf5, save_d4rl_hdf5
+from .gaussians import compose
+from .offline import build_dataset
 
 BALANCE_ENV = "InvertedDoublePendulum-v5"
 BALANCE_GRADES = {"expert": 0.1, "medium": 0.3, "prior_good": 0.3}   # std of the noise added to the LQR
@@ -145,101 +143,6 @@ def _composed(actor: GaussianMLP, prior, rule: str, alpha: float, prior_seed: in
         mu_g, var_g = prior.predict(obs)
         return compose(rule, mu_a, var_a, mu_g, var_g, alpha)[0]
     return policy
-
-
-def balance_sizes(prof: Profile) -> dict:
-    """The sizes of :func:`run_balance_cells` for a profile."""
-    return {"n_steps": prof.pick(smoke=300, book=5000, full=50000),
-            "bc_steps": prof.pick(smoke=30, book=600, full=3000),
-            "episodes": prof.pick(smoke=2, book=5, full=20),
-            "max_steps": prof.pick(smoke=30, book=300, full=1000),
-            "kl_states": prof.pick(smoke=100, book=1000, full=5000),
-            # 3 seeds in the book profile (not toy_seeds = 5): the cell must fit in about a minute
-            "seeds": prof.pick(smoke=1, book=3, full=prof.toy_seeds)}
-
-
-def run_balance_cells(prof: Profile | None = None, workdir: str | None = None, **overrides) -> dict:
-    """PoE steering of frozen BC actors of three grades on InvertedDoublePendulum-v5, over seeds.
-
-    Per seed: build the expert, medium and random data sets and the good prior's data set (D4RL
-    layout, written to HDF5 and read back), clone an actor from each, and evaluate, on the same
-    start states, every rule of :data:`BALANCE_RULES` for every actor and prior, plus the LQR expert
-    and the random policy that normalise the scores. ``overrides`` replace entries of
-    :func:`balance_sizes`.
-
-    ============== =========================================================================
-    score          ``score[actor|prior][rule]``: ``(seeds,)`` mean normalised score per seed
-    alpha_kl       ``alpha_kl[actor|prior]``: ``(seeds,)`` alpha picked by the KL budget
-    reference      per seed, mean raw return of the LQR expert and of the random policy
-    data_return    per grade, mean return of the data set's complete episodes (seed 0)
-    sizes, seconds
-    ============== =========================================================================
-    """
-    import tempfile
-
-    import gymnasium as gym
-
-    prof = prof or current_profile()
-    sizes = dict(balance_sizes(prof), **overrides)
-    t0 = time.perf_counter()
-    K = lqr_gain(BALANCE_ENV)
-    score = {f"{a}|{p}": {r: [] for r in BALANCE_RULES} for a in BALANCE_ACTORS for p in BALANCE_PRIORS}
-    alpha_kl = {cell: [] for cell in score}
-    reference = {"expert": [], "random": []}
-    data_return: dict = {}
-    env = gym.make(BALANCE_ENV)
-    envs = make_envs(BALANCE_ENV, sizes["episodes"], sizes["max_steps"])
-    with tempfile.TemporaryDirectory(prefix="poe-idp-") as tmp, one_torch_thread():
-        for seed in range(sizes["seeds"]):
-            behaviours = {"expert": lqr_policy(K, BALANCE_GRADES["expert"]),
-                          "medium": lqr_policy(K, BALANCE_GRADES["medium"]),
-                          "random": lambda o, r: r.uniform(-1.0, 1.0, size=1).astype(np.float32),
-                          "prior_good": lqr_policy(K, BALANCE_GRADES["prior_good"])}
-            models, data = {}, {}
-            for j, (kind, beh) in enumerate(behaviours.items()):
-                d = build_dataset(env, beh, sizes["n_steps"], seed=1000 * seed + j)
-                data[kind] = load_d4rl_hdf5(save_d4rl_hdf5(d, f"{workdir or tmp}/idp_{kind}_s{seed}.hdf5"))
-                models[kind] = train_bc(data[kind]["observations"], data[kind]["actions"], sizes["bc_steps"],
-                                        seed=seed)
-                if seed == 0:
-                    ends = np.flatnonzero(d["terminals"] | d["timeouts"])
-                    data_return[kind] = float(d["rewards"].sum() / max(len(ends), 1))
-            ev_seed = 50_000 + 100 * seed
-            run = lambda pol: float(evaluate_policy(envs, pol, ev_seed).mean())  # noqa: E731
-            r_exp = run(lambda o: -(idp_state(o) @ K.T))
-            rand_rng = np.random.default_rng(ev_seed)
-            r_rand = run(lambda o: rand_rng.uniform(-1, 1, size=(len(o), 1)))
-            reference["expert"].append(r_exp)
-            reference["random"].append(r_rand)
-            norm = lambda R: 100.0 * (R - r_rand) / (r_exp - r_rand)  # noqa: E731
-            priors = {"good": models["prior_good"], "random": RandomPrior(act_dim=1, seed=seed)}
-            ps = 77 + seed
-            prior_only = {p: norm(run(_composed(models["expert"], pr, "prior", 1.0, ps))) for p, pr in priors.items()}
-            for a in BALANCE_ACTORS:
-                actor = models[a]
-                frozen = norm(run(_composed(actor, priors["good"], "frozen", 0.0, ps)))
-                obs = data[a]["observations"]
-                kl_states = obs[np.random.default_rng(seed).choice(len(obs), sizes["kl_states"], replace=False)]
-                for p, prior in priors.items():
-                    cell = f"{a}|{p}"
-                    mu_a, var_a = actor.predict(kl_states)
-                    if hasattr(prior, "reset"):
-                        prior.reset(ps)
-                    mu_g, var_g = prior.predict(kl_states)
-                    al = kl_budget_alpha(mu_a, var_a, mu_g, var_g, BALANCE_KL_BUDGET)
-                    alpha_kl[cell].append(al)
-                    score[cell]["frozen"].append(frozen)
-                    score[cell]["prior"].append(prior_only[p])
-                    score[cell]["poe"].append(norm(run(_composed(actor, prior, "poe", BALANCE_ALPHA, ps))))
-                    score[cell]["additive"].append(norm(run(_composed(actor, prior, "additive", BALANCE_ALPHA, ps))))
-                    score[cell]["poe_kl"].append(norm(run(_composed(actor, prior, "poe", al, ps))))
-    for e in [env, *envs]:
-        e.close()
-    return {"env_id": BALANCE_ENV, "sizes": sizes, "alpha": BALANCE_ALPHA, "kl_budget": BALANCE_KL_BUDGET,
-            "grades": dict(BALANCE_GRADES), "actors": list(BALANCE_ACTORS), "priors": list(BALANCE_PRIORS),
-            "score": {c: {r: list(v) for r, v in d.items()} for c, d in score.items()},
-            "alpha_kl": alpha_kl, "reference": reference, "data_return": data_return,
-            "lqr_gain": K.tolist(), "seconds": time.perf_counter() - t0}
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The S-GRPO chapter's experiment and claims: a cold start on addition from a base model that sorts,
+"""The S-GRPO chapter's study and claims: a cold start on addition from a base model that sorts,
 GRPO and S-GRPO against a *frontier* of SFT runs (several learning rates, every checkpoint), so that
 S-GRPO's forgetting is compared with SFT's at the same gain, not at one unmatched SFT point.
 
@@ -6,19 +6,27 @@ Course material for *S-GRPO: Unified Post-Training for Large Vision-Language Mod
 Xu, Hu, Yu, Hu (2026), arXiv:2604.16557. Both RL arms aggregate the loss as GRPO does
 (``seq-mean-token-mean``), the aggregation the chapter's gradient proposition assumes, and take one
 optimisation pass per batch (``num_iterations = 1``), so the PPO clip never acts in these runs.
+
+The arms are SFT at each learning rate (:func:`sft_arm`), GRPO and S-GRPO; the seeds are the
+profile's ``seeds``. One cell (:func:`run_cell`) loads the profile's base model, trains it with one arm
+from one seed and measures it at every evaluation step; the base model's own measurements are a
+one-cell study (:func:`base_study`). :func:`run_sgrpo_frontier` runs both on the study runner (cached
+per cell) and rebuilds the dict the chapter reads; :func:`sgrpo_verdicts` evaluates
+:data:`SGRPO_CLAIMS` on it, and :func:`choose_sft_lr` fixes SFT's rate on other seeds first.
 """
 from __future__ import annotations
 
 import copy
-import time
+import functools
 
 import numpy as np
 import torch
 
 from ..claims import Claim, Verdict, evaluate
-from ..profiles import one_torch_thread
+from ..methods.sgrpo import STATE_KEY, _accuracies
+from ..profiles import Profile, one_torch_thread
 from ..tasks import Addition, Sort
-from .sgrpo import STATE_KEY, _accuracies
+from .runner import Results, Study, run_study
 
 LOSS_AGG = "seq-mean-token-mean"
 # The book profile's budget (chosen on seeds 10-12, never on the chapter's seeds 0-2; see the chapter's
@@ -70,17 +78,134 @@ def sft_forgetting_at(gain: float, trajectories: list[np.ndarray]) -> tuple[floa
     return float(best[1]), False
 
 
-def run_sgrpo_frontier(prof, steps: int | None = None, lr: float | None = None, sft_lrs: list[float] | None = None,
-                       first_seed: int = 0, rl_arms: bool = True) -> dict:
-    """GRPO and S-GRPO (same optimiser, learning rate, steps, prompts per step) and SFT on the same
-    demonstrations at several learning rates, from the ``sg_sortadd`` base model, over ``prof.seeds``
-    paired seeds. Greedy held-out accuracy on addition (trained) and sort (not trained) at every
-    evaluation step. Each SFT run keeps one optimizer across its checkpoints.
+ARMS_RL = ("GRPO", "S-GRPO")
+BASE = "base model"
+MODULES = ("rlcourse.methods.sgrpo", "rlcourse.train", "rlcourse.lm.sampling")
 
-    ``steps``, ``lr`` (the RL arms') and ``sft_lrs`` default to the profile's (:data:`STEPS`,
-    :data:`RL_LR`, :data:`SFT_LRS` in the book profile); ``first_seed``: seeds other than the
-    chapter's 0, 1, 2 are for choosing those settings without the chapter's data. ``rl_arms=False`` runs
-    the SFT frontier only (``curves`` then holds empty arrays), as :func:`choose_sft_lr` does.
+
+def sft_arm(lr: float) -> str:
+    """The name of SFT's arm at learning rate ``lr`` (``"SFT lr=0.0001"``)."""
+    return f"SFT lr={lr:g}"
+
+
+def testbed(sizes: dict) -> dict:
+    """The ``sg_sortadd`` base model of the profile in ``sizes``, its tokenizer and the held-out sets
+    (``sizes["n_eval"]`` addition and sort prompts)."""
+    from ..lm.zoo import load_base_model
+
+    base, tok = load_base_model("sg_sortadd", strength=0.46, prof=Profile(**sizes["profile"]), progress=False)
+    held = {"addition": Addition().examples(sizes["n_eval"], seed=0, split="test"),
+            "sort": Sort().examples(sizes["n_eval"], seed=0, split="test")}
+    return {"model": base, "tokenizer": tok, "held": held}
+
+
+def run_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """The base model's greedy held-out accuracies (``addition``, ``sort``) and ``base_p``, its sampled
+    success rate on addition (``G`` samples per prompt, generator seed 0); its only arm is
+    :data:`BASE`, and ``seed`` only names the cell."""
+    from ..lm.sampling import sample
+
+    if arm != BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are ({BASE!r},)")
+    with one_torch_thread():
+        bed = testbed(sizes)
+        base, tok, held, G = bed["model"], bed["tokenizer"], bed["held"], sizes["G"]
+        out = _accuracies(base, tok, held)
+        probe = sample(base, tok, [e.prompt for e in held["addition"]], num_generations=G, max_new_tokens=10,
+                       generator=torch.Generator().manual_seed(0))
+        rows = [e for e in held["addition"] for _ in range(G)]
+        out["base_p"] = float(Addition().rewards(probe.texts, rows).mean())
+    return out
+
+
+def run_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Train one arm from the base model on seed ``seed``'s demonstrations and measure it at each of
+    ``sizes["eval_steps"]`` after the first (0, the base model, is :func:`run_base_cell`'s).
+
+    An SFT arm (:func:`sft_arm` of a rate in ``sizes["sft_lrs"]``) keeps one optimizer across its
+    checkpoints; GRPO and S-GRPO train with :class:`~rlcourse.train.Trainer` at ``sizes["lr"]``.
+
+    ==================  ============  ===============================================
+    addition, sort      ``(E - 1,)``  greedy held-out accuracies at each evaluation
+    injected            ``(steps,)``  S-GRPO only: fraction of injected (all-fail) groups
+    ==================  ============  ===============================================
+    """
+    from ..train import RLConfig, Trainer, sft
+
+    sft_lrs = {sft_arm(l): l for l in sizes["sft_lrs"]}
+    if arm not in (*sft_lrs, *ARMS_RL):
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(*sft_lrs, *ARMS_RL)}")
+    checks, n_prompts = sizes["eval_steps"][1:], sizes["n_prompts"]
+    row = {"addition": [], "sort": []}
+    with one_torch_thread():
+        bed = testbed(sizes)
+        tok, held = bed["tokenizer"], bed["held"]
+        pool = Addition().examples(4000, seed=seed, split="train")
+        torch.manual_seed(seed)
+        if arm in sft_lrs:
+            model = copy.deepcopy(bed["model"])
+            opt = torch.optim.AdamW(model.parameters(), lr=sft_lrs[arm], weight_decay=0.0)
+            done = 0
+            for s in checks:
+                sft(model, tok, pool, steps=s - done, batch_size=n_prompts, seed=seed * 1000 + s, optimizer=opt)
+                done = s
+                for k, v in _accuracies(model, tok, held).items():
+                    row[k].append(v)
+            return row
+        cfg = RLConfig(num_generations=sizes["G"], prompts_per_step=n_prompts, max_completion_length=10,
+                       steps=sizes["steps"], learning_rate=sizes["lr"], seed=seed, progress=False, loss_type=LOSS_AGG,
+                       num_iterations=1, sampler="s_grpo" if arm == "S-GRPO" else "policy")
+        # the trainer hands the s_grpo sampler each step's examples (with their demonstrations)
+        tr = Trainer(copy.deepcopy(bed["model"]), tok, Addition(), cfg, train_examples=pool,
+                     eval_examples=held["addition"][:8])
+        for s in checks:
+            tr.train(steps=s)
+            for k, v in _accuracies(tr.model, tok, held).items():
+                row[k].append(v)
+        if arm == "S-GRPO":
+            row["injected"] = [float(x) for x in tr.state[STATE_KEY]["injected"]]
+    return row
+
+
+def frontier_sizes(P: Profile, steps: int | None = None, lr: float | None = None,
+                   sft_lrs: list[float] | None = None) -> dict:
+    """The budget of :func:`frontier_study` and :func:`base_study`: ``steps``, ``lr`` (the RL arms') and
+    ``sft_lrs`` default to the profile's (:data:`STEPS`, :data:`RL_LR`, :data:`SFT_LRS` in the book
+    profile)."""
+    steps = P.pick(smoke=2, book=STEPS) if steps is None else steps
+    lr = P.pick(smoke=1e-4, book=RL_LR) if lr is None else lr
+    sft_lrs = list(P.pick(smoke=[1e-4], book=SFT_LRS) if sft_lrs is None else sft_lrs)
+    if steps < 1 or lr <= 0 or not sft_lrs or min(sft_lrs) <= 0:
+        raise ValueError(f"need steps >= 1, lr > 0 and at least one positive SFT learning rate; got steps={steps}, "
+                         f"lr={lr}, sft_lrs={sft_lrs}")
+    every = max(1, steps // P.pick(smoke=2, book=N_EVALS))
+    eval_steps = list(range(0, steps + 1, every))
+    if eval_steps[-1] != steps:
+        eval_steps.append(steps)
+    return {"profile": P.as_dict(), "steps": steps, "lr": lr, "sft_lrs": sft_lrs, "eval_steps": eval_steps,
+            "n_eval": P.pick(smoke=16, book=128, full=512), "G": P.pick(smoke=2, book=8, full=8),
+            "n_prompts": P.pick(smoke=4, book=16, full=32)}
+
+
+def base_study(P: Profile, **budget) -> Study:
+    """The base model's measurements: one cell (``budget`` as for :func:`frontier_sizes`)."""
+    return Study(name="s_grpo-base", arms=(BASE,), seeds=(0,), run=run_base_cell, sizes=frontier_sizes(P, **budget),
+                 modules=MODULES)
+
+
+def frontier_study(P: Profile, steps: int | None = None, lr: float | None = None, sft_lrs: list[float] | None = None,
+                   first_seed: int = 0, rl_arms: bool = True, sft_lr: float | None = None) -> Study:
+    """SFT at each rate of ``sft_lrs`` (and, with ``rl_arms``, GRPO and S-GRPO) on ``P.seeds`` paired seeds
+    from ``first_seed``; its verdicts are :func:`sgrpo_verdicts` with ``sft_lr``."""
+    sizes = frontier_sizes(P, steps, lr, sft_lrs)
+    arms = (*(sft_arm(l) for l in sizes["sft_lrs"]), *(ARMS_RL if rl_arms else ()))
+    return Study(name="s_grpo", arms=arms, seeds=tuple(range(first_seed, first_seed + P.seeds)), run=run_cell,
+                 sizes=sizes, verdicts=functools.partial(verdicts, sft_lr=sft_lr), modules=MODULES)
+
+
+def frontier_output(results: Results, base: Results) -> dict:
+    """The chapter's dict from a :func:`frontier_study`'s and a :func:`base_study`'s results (``N`` seeds,
+    ``E`` evaluations).
 
     ============== =============================== =================================================
     steps          ``(E,)``                        evaluation steps (0 = base model)
@@ -88,76 +213,42 @@ def run_sgrpo_frontier(prof, steps: int | None = None, lr: float | None = None, 
     sft[lr]        dict ``{"addition", "sort"}``   ``(N, E)`` accuracies of SFT at learning rate lr
     injected       ``(N, steps)``                  S-GRPO's fraction of injected (all-fail) groups
     base           dict                            base model's accuracies
+    seconds        float                           wall seconds of both grids' cells
     ============== =============================== =================================================
     """
-    from ..lm.sampling import sample
-    from ..lm.zoo import load_base_model
-    from ..train import RLConfig, Trainer, sft
+    study, sz = results.study, results.study.sizes
+    b = base.metrics[(BASE, 0)]
+    base_acc = {k: b[k] for k in ("addition", "sort")}
 
-    seeds = list(range(first_seed, first_seed + prof.seeds))
-    steps = prof.pick(smoke=2, book=STEPS) if steps is None else steps
-    lr = prof.pick(smoke=1e-4, book=RL_LR) if lr is None else lr
-    sft_lrs = list(prof.pick(smoke=[1e-4], book=SFT_LRS) if sft_lrs is None else sft_lrs)
-    if steps < 1 or lr <= 0 or not sft_lrs or min(sft_lrs) <= 0:
-        raise ValueError(f"need steps >= 1, lr > 0 and at least one positive SFT learning rate; got steps={steps}, "
-                         f"lr={lr}, sft_lrs={sft_lrs}")
-    every = max(1, steps // prof.pick(smoke=2, book=N_EVALS))
-    n_eval = prof.pick(smoke=16, book=128, full=512)
-    G, n_prompts = prof.pick(smoke=2, book=8, full=8), prof.pick(smoke=4, book=16, full=32)
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        base, tok = load_base_model("sg_sortadd", strength=0.46, prof=prof, progress=False)
-        add = Addition()
-        held = {"addition": add.examples(n_eval, seed=0, split="test"),
-                "sort": Sort().examples(n_eval, seed=0, split="test")}
-        base_acc = _accuracies(base, tok, held)
-        probe = sample(base, tok, [e.prompt for e in held["addition"]], num_generations=G, max_new_tokens=10,
-                       generator=torch.Generator().manual_seed(0))
-        base_p = float(add.rewards(probe.texts, [e for e in held["addition"] for _ in range(G)]).mean())
-        eval_steps = list(range(0, steps + 1, every))
-        if eval_steps[-1] != steps:
-            eval_steps.append(steps)
-        rl_names = ("GRPO", "S-GRPO") if rl_arms else ()
-        curves = {arm: {"addition": [], "sort": []} for arm in rl_names}
-        sft_curves = {l: {"addition": [], "sort": []} for l in sft_lrs}
-        injected = []
-        for seed in seeds:
-            pool = add.examples(4000, seed=seed, split="train")
-            for l in sft_lrs:
-                torch.manual_seed(seed)
-                model = copy.deepcopy(base)
-                opt = torch.optim.AdamW(model.parameters(), lr=l, weight_decay=0.0)
-                row = {k: [v] for k, v in base_acc.items()}
-                done = 0
-                for s in eval_steps[1:]:
-                    sft(model, tok, pool, steps=s - done, batch_size=n_prompts, seed=seed * 1000 + s, optimizer=opt)
-                    done = s
-                    for k, v in _accuracies(model, tok, held).items():
-                        row[k].append(v)
-                for k in row:
-                    sft_curves[l][k].append(row[k])
-            for arm in rl_names:
-                torch.manual_seed(seed)
-                cfg = RLConfig(num_generations=G, prompts_per_step=n_prompts, max_completion_length=10,
-                               steps=steps, learning_rate=lr, seed=seed, progress=False, loss_type=LOSS_AGG,
-                               num_iterations=1, sampler="s_grpo" if arm == "S-GRPO" else "policy")
-                # the trainer hands the s_grpo sampler each step's examples (with their demonstrations)
-                tr = Trainer(copy.deepcopy(base), tok, add, cfg, train_examples=pool,
-                             eval_examples=held["addition"][:8])
-                row = {k: [v] for k, v in base_acc.items()}
-                for s in eval_steps[1:]:
-                    tr.train(steps=s)
-                    for k, v in _accuracies(tr.model, tok, held).items():
-                        row[k].append(v)
-                for k in row:
-                    curves[arm][k].append(row[k])
-                if arm == "S-GRPO":
-                    injected.append(list(tr.state[STATE_KEY]["injected"]))
-    as_arr = lambda d: {k: np.asarray(v, dtype=float) for k, v in d.items()}  # noqa: E731
-    return {"steps": eval_steps, "curves": {a: as_arr(c) for a, c in curves.items()},
-            "sft": {l: as_arr(c) for l, c in sft_curves.items()}, "sft_lrs": sft_lrs,
-            "injected": np.asarray(injected, dtype=float), "base": base_acc, "base_p": base_p, "G": G, "lr": lr,
-            "seeds": seeds, "loss_agg": LOSS_AGG, "seconds": time.perf_counter() - t0}
+    def curve(arm):
+        return {k: np.asarray([[base_acc[k], *row] for row in results.values(arm, k)], dtype=float) for k in base_acc}
+
+    rl = [a for a in ARMS_RL if a in study.arms]
+    injected = results.values("S-GRPO", "injected") if "S-GRPO" in rl else []
+    return {"steps": list(sz["eval_steps"]), "curves": {a: curve(a) for a in rl},
+            "sft": {l: curve(sft_arm(l)) for l in sz["sft_lrs"]}, "sft_lrs": list(sz["sft_lrs"]),
+            "injected": np.asarray(injected, dtype=float), "base": base_acc, "base_p": b["base_p"], "G": sz["G"],
+            "lr": sz["lr"], "seeds": list(study.seeds), "loss_agg": LOSS_AGG,
+            "seconds": results.wall_seconds + base.wall_seconds}
+
+
+def run_sgrpo_frontier(prof: Profile, steps: int | None = None, lr: float | None = None,
+                       sft_lrs: list[float] | None = None, first_seed: int = 0, rl_arms: bool = True,
+                       **run_kw) -> dict:
+    """GRPO and S-GRPO (same optimiser, learning rate, steps, prompts per step) and SFT on the same
+    demonstrations at several learning rates, from the ``sg_sortadd`` base model, over ``prof.seeds``
+    paired seeds: :func:`frontier_study` and :func:`base_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`), as :func:`frontier_output`'s dict. Greedy held-out
+    accuracy on addition (trained) and sort (not trained) at every evaluation step.
+
+    ``first_seed``: seeds other than the chapter's 0, 1, 2 are for choosing the settings without the
+    chapter's data. ``rl_arms=False`` runs the SFT frontier only (``curves`` is then empty), as
+    :func:`choose_sft_lr` does.
+    """
+    budget = {"steps": steps, "lr": lr, "sft_lrs": sft_lrs}
+    base = run_study(base_study(prof, **budget), **run_kw)
+    grid = run_study(frontier_study(prof, first_seed=first_seed, rl_arms=rl_arms, **budget), **run_kw)
+    return frontier_output(grid, base)
 
 
 def gains_and_forgetting(res: dict) -> dict:
@@ -243,7 +334,8 @@ def learning_summary(res: dict, threshold: float = LEARNED_GAIN, sft_lr: float |
 SELECTION_FIRST_SEED = 10  # the settings are chosen on seeds 10, 11, ...; the chapter reports seeds 0, 1, ...
 
 
-def choose_sft_lr(prof, first_seed: int = SELECTION_FIRST_SEED, sft_lrs: list[float] | None = None) -> dict:
+def choose_sft_lr(prof: Profile, first_seed: int = SELECTION_FIRST_SEED, sft_lrs: list[float] | None = None,
+                  **run_kw) -> dict:
     """The rule that fixes SFT's learning rate for the adaptation claim, before the reported runs.
 
     Run the SFT frontier alone (no RL arm) on ``prof.seeds`` selection seeds from ``first_seed`` (10, 11,
@@ -263,7 +355,7 @@ def choose_sft_lr(prof, first_seed: int = SELECTION_FIRST_SEED, sft_lrs: list[fl
     """
     if first_seed < prof.seeds:
         raise ValueError(f"first_seed {first_seed} overlaps the reported seeds 0..{prof.seeds - 1}")
-    sel = run_sgrpo_frontier(prof, sft_lrs=sft_lrs, first_seed=first_seed, rl_arms=False)
+    sel = run_sgrpo_frontier(prof, sft_lrs=sft_lrs, first_seed=first_seed, rl_arms=False, **run_kw)
     lrs = sel["sft_lrs"]
     final = np.array([sel["sft"][l]["addition"][:, -1].mean() for l in lrs])
     return {"lr": float(lrs[int(np.argmax(final))]), "final": final, "sft_lrs": list(lrs), "seeds": sel["seeds"]}
@@ -310,3 +402,12 @@ def sgrpo_verdicts(res: dict, sft_lr: float | None = None) -> dict[str, Verdict]
     if same is not None:
         out["vs-sft-gain"] = evaluate(SGRPO_CLAIMS["vs-sft-gain"], c["S-GRPO"]["addition"][:, -1], same, seconds=s)
     return out
+
+
+def verdicts(results: Results, sft_lr: float | None = None) -> dict[str, Verdict]:
+    """:func:`sgrpo_verdicts` on a :func:`frontier_study`'s results, with the base model's measurements
+    from :func:`base_study` (read from the cache when it has them)."""
+    sz = results.study.sizes
+    P = Profile(**sz["profile"])
+    base = run_study(base_study(P, steps=sz["steps"], lr=sz["lr"], sft_lrs=sz["sft_lrs"]))
+    return sgrpo_verdicts(frontier_output(results, base), sft_lr=sft_lr)
