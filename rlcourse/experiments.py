@@ -1,8 +1,7 @@
-"""Experiments of the foundations chapters that run the whole loop; each returns measured numbers."""
+"""Experiments of the foundations chapters that run the whole loop; each returns measured numbers. (The
+advantages chapter's accuracy race and length-bias run are a study: :mod:`rlcourse.studies.advantages`.)"""
 from __future__ import annotations
 
-import copy
-import os
 import time
 
 import torch
@@ -12,41 +11,6 @@ from .losses import agg_loss
 from .lm import load_base_model, sample
 from .profiles import Profile, profile as current_profile
 from .tasks import get_task
-from .train import RLConfig, Trainer
-
-
-def advantage_comparison_config(prof: Profile, estimator: str, seed: int = 0) -> RLConfig:
-    """The shared configuration of the estimator comparison: only ``advantage_estimator`` varies.
-    (32 prompts x 8 samples, a learning rate of 2e-4 decayed linearly to 0 over 300 steps, came out
-    of a short sweep on the book-profile addition model; see the chapter.)"""
-    steps = prof.pick(smoke=prof.rl_steps, book=300, full=400)
-    return RLConfig(
-        advantage_estimator=estimator, num_generations=prof.num_generations,
-        prompts_per_step=prof.pick(smoke=prof.rl_prompts, book=32, full=64),
-        learning_rate=prof.pick(smoke=prof.rl_lr, book=2e-4, full=2e-4), lr_scheduler="linear",
-        steps=steps, max_completion_length=10,
-        loss_type="dapo", eval_every=max(1, steps // 8), eval_prompts=prof.eval_prompts, seed=seed, progress=False,
-        lam=0.95, vf_coef=0.5, critic_learning_rate=prof.rl_lr * 10,
-    )
-
-
-def run_advantage_comparison(prof: Profile | None = None,
-                             estimators=("reinforce", "rloo", "grpo"), seed: int = 0) -> dict:
-    """Train the default addition base model with each advantage estimator from the same weights,
-    prompts and seed; return each run's history, base and final held-out greedy accuracy, and time."""
-    prof = prof or current_profile()
-    base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
-    out = {}
-    for est in estimators:
-        trainer = Trainer(copy.deepcopy(base), tok, "addition", advantage_comparison_config(prof, est, seed))
-        base_acc = trainer.evaluate()
-        start = time.perf_counter()
-        history = trainer.train()
-        out[est] = {"history": history, "base_accuracy": base_acc,
-                    "final_accuracy": history[-1]["eval_greedy_accuracy"],
-                    "best_accuracy": max(h.get("eval_greedy_accuracy", 0.0) for h in history),
-                    "seconds": time.perf_counter() - start}
-    return out
 
 
 def token_weights_by_mode(response_mask: torch.Tensor, modes, max_len: int | None = None) -> dict:
@@ -73,99 +37,13 @@ def rollout_lengths(prof: Profile | None = None, task: str = "countdown", n_prom
 
 
 # ---------------------------------------------------------------------- the advantages chapter's evidence
-RACE_ESTIMATORS = ("reinforce", "rloo", "grpo")
 SNR_ESTIMATORS = ("reinforce_shifted", "reinforce", "reinforce_baseline", "rloo", "grpo", "dr_grpo")
-_PAPERS = {
+PAPERS = {
     "reinforce": "Williams 1992, Simple Statistical Gradient-Following Algorithms (REINFORCE)",
     "rloo": "Kool, van Hoof, Welling 2019, Buy 4 REINFORCE Samples, Get a Baseline for Free! (RLOO)",
     "grpo": "Shao et al. 2024, DeepSeekMath, arXiv:2402.03300 (GRPO)",
     "dr_grpo": "Liu et al. 2025, Understanding R1-Zero-Like Training, arXiv:2503.20783 (Dr. GRPO)",
 }
-_RACE_SETTING = ("tiny Llama (book profile) pre-trained on reversed-digit addition ('medium' base), "
-                 "32 prompts x 8 samples per step, 300 steps, AdamW 2e-4 decayed linearly, token-mean loss, "
-                 "greedy accuracy on 256 held-out prompts")
-
-
-def race_claims() -> dict:
-    """The accuracy race's claims: each estimator lifts held-out greedy accuracy over the base model by
-    more than 20 points. (GRPO's 90% is the target the settings were tuned for, not a paper's claim:
-    :func:`race_target` reports it, and it is not in the reproduction ledger.)"""
-    from .claims import Claim
-
-    out = {}
-    for est in RACE_ESTIMATORS:
-        out[f"{est}-lifts"] = Claim(
-            key=f"advantages/{est}-lifts-accuracy", paper=_PAPERS[est],
-            statement="policy-gradient RL with this advantage estimator improves a base model's accuracy on a "
-                      "verifiable task (the premise of each paper; no number is given for our setting)",
-            source="the papers' experiments (paraphrase)", setting=_RACE_SETTING,
-            metric="final greedy accuracy minus the base model's, per seed", method=est, baseline="base model",
-            kind="greater", margin=0.2, role="positive control")  # the budget was tuned so that RL learns
-    return out
-
-
-RACE_TARGET = 0.9  # GRPO's final greedy accuracy the race's settings were tuned for (the lab's target)
-
-
-def _race_job(job: tuple) -> tuple:
-    """One (estimator, seed) run of the race in a worker process (one torch thread)."""
-    from .profiles import one_torch_thread, profile
-
-    name, est, seed = job
-    with one_torch_thread():
-        return (est, seed), run_advantage_comparison(profile(name), (est,), seed=seed)[est]
-
-
-def run_advantage_race(prof: Profile | None = None, estimators=RACE_ESTIMATORS, seeds=None,
-                       workers: int | None = None) -> dict:
-    """:func:`run_advantage_comparison` over ``prof.seeds`` seeds (paired: seed s gives every estimator
-    the same prompts until the policies differ). Returns ``{"runs": {seed: {est: result}}, "seconds"}``.
-
-    The (estimator, seed) runs are independent, so the book profile runs them in ``workers`` processes
-    (default: 2 where the machine has 2 cores, 1 in the smoke profile), each on one torch thread; a run's
-    numbers do not depend on which process ran it, only on the thread count (the order of sums)."""
-    prof = prof or current_profile()
-    seeds = list(range(prof.seeds)) if seeds is None else list(seeds)
-    if workers is None:
-        workers = prof.pick(smoke=1, book=min(2, os.cpu_count() or 1), full=os.cpu_count() or 1)
-    start = time.perf_counter()
-    jobs = [(prof.name, est, s) for s in seeds for est in estimators]
-    if workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        load_base_model("addition", "medium", prof=prof, progress=False)  # build once, before the workers
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            done = dict(pool.map(_race_job, jobs))
-    else:
-        done = dict(_race_job(j) for j in jobs)
-    runs = {s: {est: done[(est, s)] for est in estimators} for s in seeds}
-    return {"runs": runs, "seconds": time.perf_counter() - start, "workers": workers}
-
-
-def race_verdicts(race: dict) -> dict:
-    """The verdicts of :func:`race_claims` on the output of :func:`run_advantage_race`."""
-    from .claims import evaluate
-
-    runs, claims = race["runs"], race_claims()
-    seeds = sorted(runs)
-    out = {}
-    for est in RACE_ESTIMATORS:
-        if all(est in runs[s] for s in seeds):
-            out[f"{est}-lifts"] = evaluate(claims[f"{est}-lifts"], [runs[s][est]["final_accuracy"] for s in seeds],
-                                           [runs[s][est]["base_accuracy"] for s in seeds], seconds=race["seconds"])
-    return out
-
-
-def race_target(race: dict, target: float = RACE_TARGET) -> dict:
-    """Whether GRPO met the tuning target: ``{"finals", "met", "seeds", "sentence"}`` (per-seed final
-    greedy accuracy, how many seeds ended at or above ``target``, and a sentence saying so)."""
-    finals = [race["runs"][s]["grpo"]["final_accuracy"] for s in sorted(race["runs"])]
-    met = sum(f >= target for f in finals)
-    listed = ", ".join(f"{f:.3f}" for f in finals)
-    sentence = (f"GRPO ended at or above {target:.0%} in {met} of {len(finals)} seeds (final greedy accuracy "
-                f"{listed}; mean {sum(finals) / len(finals):.3f}).")
-    return {"finals": finals, "met": met, "seeds": len(finals), "sentence": sentence}
 
 
 def _flat_grad(loss: torch.Tensor, params) -> torch.Tensor:
@@ -239,7 +117,7 @@ def snr_claim():
     from .claims import Claim
 
     return Claim(
-        key="advantages/rloo-snr-above-reinforce", paper=_PAPERS["rloo"],
+        key="advantages/rloo-snr-above-reinforce", paper=PAPERS["rloo"],
         statement="using the other samples of the same input as a baseline reduces the variance of the REINFORCE "
                   "estimator without adding bias (paraphrase of the paper's section 2)",
         source="Kool et al. 2019, ICLR Deep RL Meets Structured Prediction workshop, sec. 2 (paraphrase)",
@@ -254,7 +132,7 @@ def snr_control_claim():
     from .claims import Claim
 
     return Claim(
-        key="advantages/control-shift-lowers-snr", paper=_PAPERS["rloo"], role="positive control",
+        key="advantages/control-shift-lowers-snr", paper=PAPERS["rloo"], role="positive control",
         statement="(not a claim of the paper) adding a constant to every reward, with no baseline, lowers the "
                   "gradient's signal-to-noise ratio, so the measurement can show what a baseline changes",
         source="positive control of the measurement", setting=snr_claim().setting,
@@ -335,84 +213,3 @@ def difficulty_weights(prof: Profile | None = None, n_prompts: int | None = None
     p = scores.reshape(n_prompts, n_groups * G).mean(1).numpy()
     exact, asymptotic = grpo_weight_prediction(p, G)
     return {"p": p, "measured": measured, "exact": exact, "asymptotic": asymptotic}
-
-
-LENGTH_BIAS_MARGIN = 0.5  # tokens; fixed before the 3-seed run (see length_bias_claim)
-
-
-def length_bias_claim():
-    """Dr. GRPO's claim: the per-sequence token mean (GRPO's original loss) lengthens wrong answers.
-
-    The margin, :data:`LENGTH_BIAS_MARGIN` = 0.5 token, is fixed before the 3-seed run: the wrong answers
-    of this task are about 6 tokens long, so half a token is about 8%, the smallest lengthening that the
-    paper's "artificially increases response length" could mean at this scale; a margin of 0 would let a
-    difference of a tenth of a token (the one-seed pilot's +0.11) count as the paper's effect."""
-    from .claims import Claim
-
-    return Claim(
-        key="advantages/grpo-loss-lengthens-wrong-answers", paper=_PAPERS["dr_grpo"],
-        statement="GRPO's optimisation bias artificially increases response length, especially for incorrect "
-                  "outputs, during training",
-        source="abstract, arXiv:2503.20783, paraphrase of the abstract; not a quotation",
-        setting="tiny Llama on countdown ('weak' base), GRPO advantages, loss_type 'grpo' (seq-mean-token-mean) "
-                "vs 'dapo' (token-mean), same seeds and prompts; the sizes are those of length_bias_config",
-        metric="mean length (tokens) of the wrong answers over the last quarter of the steps, per seed",
-        method="seq-mean-token-mean", baseline="token-mean", kind="greater", margin=LENGTH_BIAS_MARGIN,
-        unit="{:.2f}")
-
-
-def length_bias_config(prof: Profile, loss_type: str, seed: int = 0) -> RLConfig:
-    """The length-bias run: only ``loss_type`` varies between the arms."""
-    return RLConfig(
-        advantage_estimator="grpo", loss_type=loss_type, num_generations=prof.num_generations,
-        prompts_per_step=prof.pick(smoke=prof.rl_prompts, book=16), steps=prof.pick(smoke=prof.rl_steps, book=60),
-        learning_rate=prof.pick(smoke=prof.rl_lr, book=3e-4), max_completion_length=12, seed=seed,
-        eval_every=0, progress=False)
-
-
-def _reward_logging_lengths(batch, examples, task, state) -> torch.Tensor:
-    """The task reward, and a log of the mean length of this step's right and wrong answers in
-    ``state["lengths"]`` (a list of ``(wrong_len, right_len)``, NaN when a class is empty)."""
-    scores = torch.as_tensor(task.rewards(batch.texts, examples), dtype=torch.float32)
-    lengths = batch.lengths.float()
-    wrong, right = scores <= 0, scores > 0
-    mean = lambda sel: float(lengths[sel].mean()) if sel.any() else float("nan")  # noqa: E731
-    state.setdefault("lengths", []).append((mean(wrong), mean(right)))
-    return scores
-
-
-def run_length_bias(prof: Profile | None = None, loss_types=("grpo", "dapo"), seeds=None) -> dict:
-    """Train the countdown 'weak' base model with each ``loss_type`` over ``prof.seeds`` seeds and log the
-    lengths of wrong and right answers at every step. Returns ``{"runs": {seed: {loss_type: (steps, 2)
-    array}}, "seconds"}``."""
-    import numpy as np
-
-    prof = prof or current_profile()
-    seeds = list(range(prof.seeds)) if seeds is None else list(seeds)
-    base, tok = load_base_model("countdown", "weak", prof=prof, progress=False)
-    start = time.perf_counter()
-    runs = {}
-    for s in seeds:
-        runs[s] = {}
-        for lt in loss_types:
-            cfg = length_bias_config(prof, lt, s)
-            cfg.reward = _reward_logging_lengths
-            trainer = Trainer(copy.deepcopy(base), tok, "countdown", cfg)
-            trainer.train()
-            runs[s][lt] = np.array(trainer.state["lengths"], dtype=float)
-    return {"runs": runs, "seconds": time.perf_counter() - start}
-
-
-def length_bias_verdict(res: dict):
-    """The verdict of :func:`length_bias_claim` on :func:`run_length_bias`'s output."""
-    import numpy as np
-
-    from .claims import evaluate
-
-    def late_wrong(arr):
-        tail = arr[-max(1, len(arr) // 4):, 0]
-        return float(np.nanmean(tail)) if np.isfinite(tail).any() else 0.0
-
-    seeds = sorted(res["runs"])
-    return evaluate(length_bias_claim(), [late_wrong(res["runs"][s]["grpo"]) for s in seeds],
-                    [late_wrong(res["runs"][s]["dapo"]) for s in seeds], seconds=res["seconds"])

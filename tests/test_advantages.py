@@ -165,11 +165,11 @@ def test_advantage_race_in_two_processes_equals_one():
     exactly what one process gives (each run on one torch thread either way), and the target summary
     reads the GRPO finals."""
     import rlcourse
-    from rlcourse.experiments import race_target, run_advantage_race
+    from rlcourse.studies.advantages import race_target, run_advantage_race
 
     P = rlcourse.profile("smoke")
-    one = run_advantage_race(P, estimators=("rloo", "grpo"), seeds=[0, 1], workers=1)
-    two = run_advantage_race(P, estimators=("rloo", "grpo"), seeds=[0, 1], workers=2)
+    one = run_advantage_race(P, estimators=("rloo", "grpo"), seeds=[0, 1], workers=1, cache=False)
+    two = run_advantage_race(P, estimators=("rloo", "grpo"), seeds=[0, 1], workers=2, cache=False)
     for s in (0, 1):
         for est in ("rloo", "grpo"):
             a, b = one["runs"][s][est], two["runs"][s][est]
@@ -178,3 +178,28 @@ def test_advantage_race_in_two_processes_equals_one():
     t = race_target(one)
     assert t["seeds"] == 2 and t["finals"] == [one["runs"][s]["grpo"]["final_accuracy"] for s in (0, 1)]
     assert t["met"] == sum(f >= 0.9 for f in t["finals"]) and f"in {t['met']} of 2 seeds" in t["sentence"]
+
+
+def _untimed(metrics: dict) -> dict:
+    timing = {"time_rollout", "time_reward", "time_reference", "time_update", "sample_seconds", "step_seconds"}
+    return {k: [{j: x for j, x in h.items() if j not in timing} for h in v] if k == "history" else v
+            for k, v in metrics.items()}
+
+
+def test_advantage_studies_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    import rlcourse
+    from rlcourse.studies.advantages import length_bias_study, race_study, run_length_cell, run_race_cell
+    from rlcourse.studies.runner import run_study
+
+    P = rlcourse.profile("smoke")
+    race = race_study(P, estimators=("rloo", "grpo"), seeds=[0, 1])
+    res = run_study(race, jobs=1, cache=False)
+    arm, seed = race.cells()[-1]  # a later cell: GRPO on seed 1
+    assert _untimed(res.metrics[(arm, seed)]) == _untimed(run_race_cell(arm, seed, race.sizes))
+    lb = length_bias_study(P, seeds=[0, 1])
+    res = run_study(lb, jobs=1, cache=False)
+    assert res.metrics[("dapo", 1)] == run_length_cell("dapo", 1, lb.sizes)
+    with pytest.raises(ValueError, match="rloo"):
+        run_race_cell("no such estimator", 0, race.sizes)
+    with pytest.raises(ValueError, match="dapo"):
+        run_length_cell("no such loss", 0, lb.sizes)

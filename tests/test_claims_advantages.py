@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.experiments import (RACE_TARGET, gradient_snr, length_bias_verdict, race_target, race_verdicts,
-                                  run_advantage_race, run_length_bias, snr_control_verdict, snr_verdict)
+from rlcourse.experiments import gradient_snr, snr_control_verdict, snr_verdict
+from rlcourse.studies.advantages import (RACE_TARGET, length_bias_verdict, race_target, race_verdicts,
+                                         run_advantage_race, run_length_bias)
 from rlcourse.profiles import one_torch_thread
 
 
@@ -59,7 +60,7 @@ def test_gradient_snr_control_and_rloo_claim():
 
 def late_wrong_lengths(runs: dict, loss_type: str) -> list[np.ndarray]:
     """Per seed, the mean lengths of the wrong answers over the last quarter of the steps (the
-    window of :func:`rlcourse.experiments.length_bias_verdict`), NaN where a step had none."""
+    window of :func:`rlcourse.studies.advantages.length_bias_verdict`), NaN where a step had none."""
     return [runs[s][loss_type][-max(1, len(runs[s][loss_type]) // 4):, 0] for s in sorted(runs)]
 
 

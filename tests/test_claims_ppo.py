@@ -12,7 +12,7 @@ asserts below are those that follow from the claims and the gating, not pinned v
 import pytest
 
 import rlcourse
-from rlcourse.methods.ppo_lab import SELECTION_SEEDS, choose_ppo_lr, ppo_verdicts, run_ppo_experiment
+from rlcourse.studies.ppo import SELECTION_SEEDS, choose_ppo_lr, ppo_verdicts, run_ppo_experiment
 
 
 @pytest.mark.claims
@@ -39,7 +39,7 @@ def test_ppo_sweep_predictions():
     0.027 at 2 passes and 0.100, 0.077, 0.065 at 4 passes (epsilon 0.1, 0.2, 0.3), and ppo_kl about
     0.015 at 2 passes and 0.039 to 0.049 at 4: every prediction held in the means and in every seed.
     The asserts are the predictions themselves, in the seed means."""
-    from rlcourse.methods.ppo_lab import monotone_trend, run_clip_reuse_sweep
+    from rlcourse.studies.ppo import monotone_trend, run_clip_reuse_sweep
 
     sw = run_clip_reuse_sweep(rlcourse.profile("book"))
     assert sw["reuse"][0] == 1 and (sw["clipfrac"][0] == 0).all()  # one pass: nothing clipped

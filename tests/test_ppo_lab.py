@@ -1,5 +1,5 @@
 """The PPO chapter's propositions, checked on the package's losses (fast; no model), and its
-epsilon x reuse sweep on a smoke-sized model."""
+epsilon x reuse sweep and study grid on a smoke-sized model."""
 import math
 
 import numpy as np
@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from rlcourse.losses import compute_pg_loss, compute_policy_loss, compute_value_loss
-from rlcourse.methods.ppo_lab import (ARMS, NO_CLIP, adaptive_kl_beta, choose_ppo_lr, clip_zero_grad_region,
-                                      mdp_quantities, monotone_trend, ppo_claims, ppo_config, run_clip_reuse_sweep,
-                                      surrogate_objective, trend_sentence, trust_region_bound)
+from rlcourse.methods.ppo_lab import (NO_CLIP, adaptive_kl_beta, clip_zero_grad_region, mdp_quantities,
+                                      surrogate_objective, trust_region_bound)
+from rlcourse.studies.ppo import (ARMS, BASE, choose_ppo_lr, monotone_trend, ppo_claims, ppo_config, ppo_study,
+                                  run_cell, run_clip_reuse_sweep, trend_sentence)
+from rlcourse.studies.runner import run_study
 from rlcourse.profiles import profile
 
 
@@ -170,3 +172,22 @@ def test_monotone_trend_and_its_sentences():
     assert "contradicts" in trend_sentence(down, "x falls", ["a"], ["p", "q", "r"])
     with pytest.raises(ValueError, match="shape"):
         monotone_trend(np.zeros((2, 1, 3)), True)
+
+
+TIMING = {"seconds", "time_rollout", "time_reward", "time_reference", "time_update", "sample_seconds", "step_seconds"}
+
+
+def _untimed(metrics: dict) -> dict:
+    return {k: [{j: x for j, x in h.items() if j not in TIMING} for h in v] if k == "history" else v
+            for k, v in metrics.items()}
+
+
+def test_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    study = ppo_study(profile("smoke"), seeds=[0, 1], steps=1)
+    res = run_study(study, jobs=1, cache=False)
+    assert study.arms[0] == BASE and set(res.metrics) == set(study.cells())
+    arm, seed = study.cells()[-1]  # a later cell: the GAE arm of seed 1
+    assert _untimed(res.metrics[(arm, seed)]) == _untimed(run_cell(arm, seed, study.sizes))
+    assert res.metrics[(BASE, 1)] == run_cell(BASE, 1, study.sizes)
+    with pytest.raises(ValueError, match="clip 0.2, 1 pass"):
+        run_cell("no such arm", 0, study.sizes)
