@@ -4,8 +4,10 @@ Each test runs the chapter's experiment and its verdict function. The asserted v
 an earlier version of the experiments (3 paired seeds, 4 Dec 2026) under the earlier percentile
 bootstrap, which at 3 seeds called "holds" whenever every seed cleared the margin. Under the t-interval
 rule a book-profile re-run pins each verdict here with its date and numbers (P-GRPO: 5 Dec 2026, 5
-seeds: vs pooled and the stale-history bias still hold, vs GRPO per prompt is now inconclusive). The S-GRPO adaptation claim now compares with SFT at the rate choose_sft_lr picks on
-seeds 10-12, which the earlier run did not.
+seeds: vs pooled and the stale-history bias still hold, vs GRPO per prompt is now inconclusive; S-GRPO:
+above GRPO holds, above SFT does not hold, forgetting less than SFT is now inconclusive). The S-GRPO
+adaptation claim now compares with SFT at the rate choose_sft_lr picks on seeds 10-12, which the
+earlier run did not.
 """
 import numpy as np
 import pytest
@@ -53,11 +55,15 @@ def test_sgrpo_claims_book_profile():
     # chapter's seeds it gained at least the threshold fixed before the run, so every verdict is backed
     learned = learning_summary(res, sft_lr=choice["lr"])
     assert learned["learned"]["S-GRPO"] and learned["weak"] == []
-    # The verdicts of the book run (3 seeds, 4 Dec 2026, S-GRPO +0.10 on addition, GRPO -0.01):
-    # S-GRPO's area under the addition curve lies above GRPO's: holds
+    # The verdicts of the book run (3 seeds, 4 Dec 2026, S-GRPO +0.10 on addition, GRPO -0.01), and of the
+    # 5 Dec 2026 one (5 seeds, t intervals, chapter 677 s):
+    # S-GRPO's area under the addition curve lies above GRPO's: holds (5 Dec: +0.045 [0.035, 0.055])
     assert v["vs-grpo"].verdict == "holds"
     # S-GRPO's final addition above SFT's at SFT's best rate: the earlier run (SFT at the RL rate, which
-    # gained more than S-GRPO) computed "does not hold"; at the chosen rate this needs the book re-run
-    assert v["vs-sft-gain"].verdict == "does not hold"
-    # at S-GRPO's gain, read off the SFT frontier, SFT forgets more sort than S-GRPO: holds
-    assert v["forgetting"].verdict == "holds"
+    # gained more than S-GRPO) computed "does not hold"; so does the book run of 5 Dec 2026 (5 seeds, t
+    # intervals, SFT at the rate chosen on seeds 10-12): -0.086 [-0.147, -0.025]
+    assert v["vs-sft-gain"].verdict == "does not hold", v["vs-sft-gain"].sentence()
+    # at S-GRPO's gain, read off the SFT frontier, SFT forgets more sort than S-GRPO: "holds" at 3 seeds
+    # on the bootstrap; the 5 Dec 2026 run computed "inconclusive", -0.020 [-0.497, 0.457] (the frontier
+    # read at one seed's gain varies widely between seeds), smallest detectable effect 0.64
+    assert v["forgetting"].verdict == "inconclusive", v["forgetting"].sentence()
