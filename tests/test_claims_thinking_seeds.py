@@ -9,7 +9,11 @@ An earlier version of this experiment (3 seeds, percentile-bootstrap verdicts; 1
 holds (GRPO pass@1 0.415 against the base model's 0.331); less clipping than sequence mixing holds (0.025
 against 0.028); pass@1 against GRPO 0.446 vs 0.415, against sequence mixing 0.446 vs 0.429, effective
 entropy 0.360 vs 0.354 and pass@16 0.948 vs 0.948 inconclusive; the tabular bias claim held (0.267
-against 0.389 at lag 15 over 20 instances).
+against 0.389 at lag 15 over 20 instances). The book run of 5 Dec 2026 (5 seeds, t intervals, chapter
+224 s) gave the same verdicts: control holds +0.090 [0.063, 0.116]; less clipping holds -0.003
+[-0.004, -0.002]; against GRPO +0.012 [-0.031, 0.055], against sequence mixing -0.004 [-0.043, 0.036],
+pass@16 -0.003 [-0.064, 0.057] and entropy -0.001 [-0.015, 0.013] inconclusive; the tabular bias claim
+holds -0.122 [-0.181, -0.063] over 20 instances.
 
 What is asserted follows from the claims and the derivation, not from that run:
 - the bias computation obeys its proposition (zero on-policy and with the prefix product, under the
