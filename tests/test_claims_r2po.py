@@ -49,6 +49,13 @@ diversity holds (+1.68 [0.68, 2.68]); malformed share holds (-0.013 [-0.024, -0.
 control does not hold (end-of-run per-token KL 0.658 against the 0.1 budget, +0.558 [0.401, 0.714]:
 the head still drifts, at the rate choose_head_lr picked), so pass@1
 (-0.095 [-0.174, -0.016]) and the corrected ratio (+0.048 [-0.036, 0.133]) are uninformative.
+The same day the head-rate sweep ran in the chapter (seeds 10-12, choosing prompts; end-of-run KL per
+token at 1e-2: 0.20-0.39, 3e-3: 0.47-0.97, 1e-3: 0.13-0.68, 3e-4: 0.003-0.004) and the rule chose 3e-4.
+The reported run at that rate (chapter 825 s with the sweep, load ~10): head-KL control holds (KL
+about 0.005 against 0.1); control holds (+0.138 [0.121, 0.155]); pass@1 of released R2PO above GRPO
+holds (+0.030 [0.010, 0.049]); diversity inconclusive (+0.10 [-0.11, 0.32] distinct answers);
+malformed share inconclusive (-0.003 [-0.014, 0.008]); corrected against released inconclusive
+(+0.002 [-0.030, 0.033]).
 """
 import numpy as np
 import pytest
