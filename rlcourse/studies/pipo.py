@@ -2,6 +2,11 @@
 GRPO + PIPO, the learning-rate sweep, the oracle-signal control) and the tiny-LM run under a noisy
 verifier, with their claims and verdicts. The method (window, progress signal, the registered ``pipo``
 sampler and loss) is :mod:`rlcourse.methods.pipo`.
+
+Each grid is a study on the one runner (cached per cell): the learning-rate sweep (:func:`lr_study`) and
+the bandit (:func:`bandit_study`) share one cell, :func:`run_bandit_cell`, whose arm table travels in the
+study's sizes; the LM grid (:func:`lm_study`) loads the base model in every cell, and the base model's
+accuracy is a one-cell study (:func:`lm_base_study`). The ``run_*`` functions rebuild the chapter's dicts.
 """
 from __future__ import annotations
 
