@@ -255,3 +255,22 @@ def test_advantages_are_invariant_to_the_reward_scale_at_the_floor_too():
     assert (h["g"]["lo"], h["g"]["hi"]) == (0.0, 10.0)
     with pytest.raises(ValueError, match="no rewards"):
         pg.reward_range(pg.new_stats(), [])
+
+
+def test_pgrpo_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    import json
+
+    from rlcourse.studies import run_study
+    from rlcourse.studies.p_grpo import BASE, pgrpo_base_study, pgrpo_study, run_base_cell, run_cell
+
+    study = pgrpo_study(rlcourse.profile("smoke"), seeds=2)
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]  # a later cell: P-GRPO on seed 1
+    assert arm == "P-GRPO" and "adv_log" in res.metrics[(arm, seed)]
+    assert res.metrics[(arm, seed)] == json.loads(json.dumps(run_cell(arm, seed, study.sizes)))
+    base = pgrpo_base_study(rlcourse.profile("smoke"))
+    assert base.cells() == [(BASE, 0)] and set(run_base_cell(BASE, 0, base.sizes)) == {"base", "base_sorted"}
+    with pytest.raises(ValueError, match="GRPO, pooled batch"):
+        run_cell("no such arm", 0, study.sizes)
+    with pytest.raises(ValueError, match="base model"):
+        run_base_cell("P-GRPO", 0, base.sizes)

@@ -251,3 +251,42 @@ def test_verdict_reward_sets_mu(smoke_model):
     tr.train()
     noisy = tr.state["noisy_verifier"]
     np.testing.assert_allclose([m["pipo_mu"] for m in tr.history], noisy["true_reward"], atol=1e-6)
+
+
+def _json(metrics):
+    import json
+
+    return json.loads(json.dumps(metrics))
+
+
+def test_bandit_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    from rlcourse.studies import run_study
+    from rlcourse.studies.pipo import bandit_study, lr_study, run_bandit_cell
+
+    study = bandit_study(rlcourse.profile("smoke"), seeds=2)
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]  # a later cell: the last arm of the high-lr setting on seed 1
+    assert seed == 1 and arm.startswith("noisy, high lr | ")
+    assert res.metrics[(arm, seed)] == _json(run_bandit_cell(arm, seed, study.sizes))
+    assert set(res.verdicts()) == {"noisy/final", "noisy/drawdown", "noisy-high-lr/final", "noisy-high-lr/drawdown",
+                                   "noisy/final-equal-step", "control/final", "control/drawdown"}
+    with pytest.raises(ValueError, match="noisy \\| GRPO"):
+        run_bandit_cell("no such arm", 0, study.sizes)
+    with pytest.raises(ValueError, match="lr=2.0"):
+        run_bandit_cell("noisy | GRPO", 0, lr_study(rlcourse.profile("smoke")).sizes)
+
+
+def test_lm_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    from rlcourse.studies import run_study
+    from rlcourse.studies.pipo import BASE, lm_base_study, lm_study, run_lm_base_cell, run_lm_cell
+
+    study = lm_study(rlcourse.profile("smoke"), seeds=2, steps=2)
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]  # a later cell: PIPO with the oracle verdict on seed 1
+    assert res.metrics[(arm, seed)] == _json(run_lm_cell(arm, seed, study.sizes))
+    base = lm_base_study(rlcourse.profile("smoke"), steps=2)
+    assert 0.0 <= run_lm_base_cell(BASE, 0, base.sizes)["base_acc"] <= 1.0
+    with pytest.raises(ValueError, match="GRPO\\+PIPO"):
+        run_lm_cell("no such arm", 0, study.sizes)
+    with pytest.raises(ValueError, match="base model"):
+        run_lm_base_cell("GRPO", 0, base.sizes)

@@ -211,3 +211,37 @@ def test_bandit_instance_and_a_short_run():
         assert 1 <= out["modes"] <= 6 and np.isclose(out["mass"][-1].sum(), 1.0)
     with pytest.raises(ValueError, match="arm"):
         study.train_strategy_bandit("PPO", cfg, 0)
+
+
+def test_bandit_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    import json
+
+    import rlcourse
+    from rlcourse.studies import run_study
+
+    s = study.bandit_study(rlcourse.profile("smoke"), seeds=2)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]  # a later cell: Poly-EPO on seed 1
+    assert (arm, seed) == ("Poly-EPO", 1)
+    assert res.metrics[(arm, seed)] == json.loads(json.dumps(study.run_bandit_cell(arm, seed, s.sizes)))
+    assert set(res.verdicts()) == {"pass4", "pass16", "modes", "held", "control"}
+    with pytest.raises(ValueError, match="set RL, f = max r"):
+        study.run_bandit_cell("no such arm", 0, s.sizes)
+
+
+def test_lm_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    import json
+
+    import rlcourse
+    from rlcourse.studies import run_study
+
+    s = study.lm_study(rlcourse.profile("smoke"), seeds=2, steps=1)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]  # a later cell: Poly-EPO on seed 1
+    assert res.metrics[(arm, seed)] == json.loads(json.dumps(study.run_lm_cell(arm, seed, s.sizes)))
+    base = study.lm_base_study(rlcourse.profile("smoke"), steps=1)
+    assert set(study.run_lm_base_cell(study.BASE, 0, base.sizes)) == {"pass", "distinct_correct", "modes_correct"}
+    with pytest.raises(ValueError, match="Poly-EPO"):
+        study.run_lm_cell("no such arm", 0, s.sizes)
+    with pytest.raises(ValueError, match="base model"):
+        study.run_lm_base_cell("GRPO", 0, base.sizes)

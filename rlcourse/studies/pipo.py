@@ -2,11 +2,15 @@
 GRPO + PIPO, the learning-rate sweep, the oracle-signal control) and the tiny-LM run under a noisy
 verifier, with their claims and verdicts. The method (window, progress signal, the registered ``pipo``
 sampler and loss) is :mod:`rlcourse.methods.pipo`.
+
+Each grid is a study on the one runner (cached per cell): the learning-rate sweep (:func:`lr_study`) and
+the bandit (:func:`bandit_study`) share one cell, :func:`run_bandit_cell`, whose arm table travels in the
+study's sizes; the LM grid (:func:`lm_study`) loads the base model in every cell, and the base model's
+accuracy is a one-cell study (:func:`lm_base_study`). The ``run_*`` functions rebuild the chapter's dicts.
 """
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,6 +19,9 @@ import torch
 from ..claims import Claim, Verdict, evaluate
 from ..methods.pipo import PAPER, PipoController, compute_pipo_loss, layback_coefficients
 from ..profiles import Profile, one_torch_thread
+from .runner import Results, Study, run_study
+
+MODULES = ("rlcourse.methods.pipo", "rlcourse.advantages", "rlcourse.losses")
 
 
 # ---------------------------------------------------------------------- the bandit experiment
@@ -142,18 +149,55 @@ SETTINGS = {  # name -> BanditConfig overrides: noisy rewards, and noisy with a 
 }
 
 
-def run_lr_sweep(P: Profile, lrs=(2.0, 8.0, 32.0, 96.0), seeds: int | None = None) -> dict:
-    """GRPO alone at several learning rates (noisy rewards): ``final[lr]`` and ``drawdown[lr]``
-    ``(seeds,)``, to show where a larger step stops helping and starts hurting."""
-    steps = P.pick(smoke=40, book=300)
-    n = seeds or P.toy_seeds
-    final, drawdown = {}, {}
+def lr_arm(lr: float) -> str:
+    """The name of the learning-rate sweep's arm at rate ``lr``."""
+    return f"lr={lr!r}"
+
+
+def run_bandit_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Train arm ``arm`` of ``sizes["arms"]`` (``[BanditConfig overrides, train_bandit keywords]``) on the
+    bandit of ``seed`` for ``sizes["steps"]`` steps (:func:`train_bandit`, one torch thread). With ``T`` steps:
+
+    ============  ========  ==============================================================
+    J             ``(T,)``  exact expected true reward of the policy after each step
+    layback_frac  scalar    share of steps with a layback term
+    agreement     scalar    :func:`verdict_agreement` (``None`` where it is NaN)
+    ============  ========  ==============================================================
+    """
+    if arm not in sizes["arms"]:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(sizes['arms'])}")
+    overrides, kwargs = sizes["arms"][arm]
     with one_torch_thread():
-        for lr in lrs:
-            runs = [train_bandit("grpo", BanditConfig(steps=steps, flip=0.2, lr=lr), seed) for seed in range(n)]
-            final[lr] = np.array([r["J"][-max(1, steps // 10):].mean() for r in runs])
-            drawdown[lr] = np.array([max_drawdown(r["J"]) for r in runs])
-    return {"lrs": tuple(lrs), "final": final, "drawdown": drawdown}
+        r = train_bandit(cfg=BanditConfig(steps=sizes["steps"], **overrides), seed=seed, **kwargs)
+    agree = verdict_agreement(r)
+    return {"J": r["J"].tolist(), "layback_frac": float((r["scale"] > 0).mean()),
+            "agreement": None if agree != agree else agree}
+
+
+def bandit_steps(P: Profile) -> int:
+    """Steps of every bandit run in profile ``P``."""
+    return P.pick(smoke=40, book=300)
+
+
+def lr_study(P: Profile, lrs=(2.0, 8.0, 32.0, 96.0), seeds: int | None = None) -> Study:
+    """GRPO alone at each rate of ``lrs`` (noisy rewards, arms :func:`lr_arm`) on ``seeds`` (default
+    ``P.toy_seeds``) seeds."""
+    arms = {lr_arm(lr): [dict(flip=0.2, lr=lr), dict(method="grpo")] for lr in lrs}
+    return Study(name="pipo-lr", arms=tuple(arms), seeds=tuple(range(seeds or P.toy_seeds)), run=run_bandit_cell,
+                 sizes={"steps": bandit_steps(P), "arms": arms}, modules=MODULES)
+
+
+def run_lr_sweep(P: Profile, lrs=(2.0, 8.0, 32.0, 96.0), seeds: int | None = None, **run_kw) -> dict:
+    """GRPO alone at several learning rates (noisy rewards): ``final[lr]`` and ``drawdown[lr]``
+    ``(seeds,)``, to show where a larger step stops helping and starts hurting (:func:`lr_study` on
+    the study runner; ``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`)."""
+    results = run_study(lr_study(P, lrs, seeds), **run_kw)
+    tail = max(1, results.study.sizes["steps"] // 10)
+    curves = {lr: [np.asarray(j) for j in results.values(lr_arm(lr), "J")] for lr in lrs}
+    return {"lrs": tuple(lrs), "final": {lr: np.array([j[-tail:].mean() for j in c]) for lr, c in curves.items()},
+            "drawdown": {lr: np.array([max_drawdown(j) for j in c]) for lr, c in curves.items()}}
+
+
 ARMS = {  # name -> train_bandit keywords
     "GRPO": dict(method="grpo"),
     "GRPO+PIPO": dict(method="pipo"),
@@ -163,28 +207,53 @@ ARMS = {  # name -> train_bandit keywords
 }
 
 
-def run_bandit_experiment(P: Profile, settings=None, arms=None, seeds: int | None = None) -> dict:
-    """Every arm in every setting over ``P.toy_seeds`` seeds (paired: a seed fixes the bandit and the
-    initial policy). ``final[(setting, arm)]`` ``(seeds,)``: mean exact reward over the last tenth of
-    training; ``drawdown``: max drawdown of its 10-step moving average; ``curves``: ``(seeds, steps)``;
-    ``layback_frac``: share of steps with a layback term; ``agreement``: :func:`verdict_agreement`."""
-    steps = P.pick(smoke=40, book=300)
-    n = seeds or P.toy_seeds
+def bandit_arm(setting: str, arm: str) -> str:
+    """The name of the bandit study's arm ``arm`` of :data:`ARMS` in setting ``setting`` of :data:`SETTINGS`."""
+    return f"{setting} | {arm}"
+
+
+def bandit_study(P: Profile, settings=None, arms=None, seeds: int | None = None) -> Study:
+    """Every arm of ``arms`` (default :data:`ARMS`) in every setting of ``settings`` (default
+    :data:`SETTINGS`), named :func:`bandit_arm`, on ``seeds`` (default ``P.toy_seeds``) seeds."""
     settings, arms = settings or list(SETTINGS), arms or list(ARMS)
-    t0 = time.perf_counter()
+    table = {bandit_arm(s, a): [SETTINGS[s], ARMS[a]] for s in settings for a in arms}
+    return Study(name="pipo-bandit", arms=tuple(table), seeds=tuple(range(seeds or P.toy_seeds)),
+                 run=run_bandit_cell, sizes={"steps": bandit_steps(P), "settings": settings, "names": arms,
+                                             "arms": table}, verdicts=bandit_study_verdicts,
+                 modules=MODULES)
+
+
+def bandit_output(results: Results) -> dict:
+    """:func:`run_bandit_experiment`'s dict from a :func:`bandit_study`'s results."""
+    sz = results.study.sizes
+    steps, settings, arms = sz["steps"], sz["settings"], sz["names"]
     curves, final, drawdown, frac, agree = {}, {}, {}, {}, {}
-    with one_torch_thread():
-        for s in settings:
-            cfg = BanditConfig(steps=steps, **SETTINGS[s])
-            for a in arms:
-                runs = [train_bandit(cfg=cfg, seed=seed, **ARMS[a]) for seed in range(n)]
-                curves[(s, a)] = np.stack([r["J"] for r in runs])
-                final[(s, a)] = curves[(s, a)][:, -max(1, steps // 10):].mean(1)
-                drawdown[(s, a)] = np.array([max_drawdown(c) for c in curves[(s, a)]])
-                frac[(s, a)] = np.array([(r["scale"] > 0).mean() for r in runs])
-                agree[(s, a)] = np.array([verdict_agreement(r) for r in runs])
-    return {"settings": settings, "arms": arms, "seeds": n, "steps": steps, "curves": curves, "final": final,
-            "drawdown": drawdown, "layback_frac": frac, "agreement": agree, "seconds": time.perf_counter() - t0}
+    for s in settings:
+        for a in arms:
+            name = bandit_arm(s, a)
+            curves[(s, a)] = np.stack([np.asarray(j) for j in results.values(name, "J")])
+            final[(s, a)] = curves[(s, a)][:, -max(1, steps // 10):].mean(1)
+            drawdown[(s, a)] = np.array([max_drawdown(c) for c in curves[(s, a)]])
+            frac[(s, a)] = np.array(results.values(name, "layback_frac"))
+            agree[(s, a)] = np.array([np.nan if x is None else x for x in results.values(name, "agreement")])
+    return {"settings": settings, "arms": arms, "seeds": len(results.study.seeds), "steps": steps, "curves": curves,
+            "final": final, "drawdown": drawdown, "layback_frac": frac, "agreement": agree,
+            "seconds": results.wall_seconds}
+
+
+def run_bandit_experiment(P: Profile, settings=None, arms=None, seeds: int | None = None, **run_kw) -> dict:
+    """Every arm in every setting over ``P.toy_seeds`` seeds (paired: a seed fixes the bandit and the
+    initial policy): :func:`bandit_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`). ``final[(setting, arm)]`` ``(seeds,)``: mean exact
+    reward over the last tenth of training; ``drawdown``: max drawdown of its 10-step moving average;
+    ``curves``: ``(seeds, steps)``; ``layback_frac``: share of steps with a layback term;
+    ``agreement``: :func:`verdict_agreement`."""
+    return bandit_output(run_study(bandit_study(P, settings, arms, seeds), **run_kw))
+
+
+def bandit_study_verdicts(results: Results) -> dict[str, Verdict]:
+    """:func:`bandit_verdicts` on a :func:`bandit_study`'s results."""
+    return bandit_verdicts(bandit_output(results))
 
 
 def verdict_agreement(run: dict, warmup: int = 8) -> float:
@@ -248,50 +317,102 @@ def bandit_verdicts(out: dict) -> dict[str, Verdict]:
 
 
 # ---------------------------------------------------------------------- the tiny language model
-def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4) -> dict:
+LM_ARMS = {"GRPO": dict(), "GRPO+PIPO": dict(sampler="pipo", policy_loss="pipo"),
+           "GRPO+PIPO (oracle verdict)": dict(sampler="pipo", policy_loss="pipo",
+                                              sampler_kwargs={"verdict_reward": "task"})}
+BASE = "base model"  # the one cell of :func:`lm_base_study`: the base model's held-out accuracy
+
+
+def lm_sizes(P: Profile, steps: int | None = None, lr: float = 1e-4) -> dict:
+    """Every setting an LM cell reads, for profile ``P`` (``steps`` overrides the profile's)."""
+    return {"profile": P.as_dict(), "steps": steps or P.pick(smoke=3, book=30), "lr": lr,
+            "eval_prompts": P.pick(smoke=16, book=128), "num_generations": P.pick(smoke=4, book=8),
+            "prompts_per_step": P.pick(smoke=2, book=8)}
+
+
+def _lm_base(sizes: dict):
+    """The addition 'medium' base model, its tokenizer and the held-out prompts."""
+    from ..lm import load_base_model
+    from ..tasks import get_task
+
+    model, tok = load_base_model("addition", "medium", prof=Profile(**sizes["profile"]), progress=False)
+    return model, tok, get_task("addition").examples(sizes["eval_prompts"], seed=1234, split="test")
+
+
+def run_lm_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """The base model's greedy held-out accuracy (``base_acc``); ``arm`` must be :data:`BASE`."""
+    from ..lm.zoo import greedy_accuracy
+
+    if arm != BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(BASE,)}")
+    with one_torch_thread():
+        model, tok, ex = _lm_base(sizes)
+        return {"base_acc": greedy_accuracy(model, tok, "addition", ex, max_new_tokens=10)}
+
+
+def run_lm_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Train the base model with arm ``arm`` of :data:`LM_ARMS` from ``seed`` under the noisy verifier
+    (each reward flipped with probability 0.2). With ``T`` steps:
+
+    ============  ========  ==============================================================
+    true_reward   ``(T,)``  true mean reward of the fresh samples
+    fresh_reward  ``(T,)``  their observed (noisy) mean reward
+    acc           scalar    held-out greedy accuracy at the end
+    layback_frac  scalar    mean over steps of ``pipo_layback`` (0 without PIPO)
+    ============  ========  ==============================================================
+    """
+    from ..methods.noisy import make_noisy_reward
+    from ..train import RLConfig, Trainer
+
+    if arm not in LM_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(LM_ARMS)}")
+    with one_torch_thread():
+        model, tok, ex = _lm_base(sizes)
+        cfg = RLConfig(num_generations=sizes["num_generations"], prompts_per_step=sizes["prompts_per_step"],
+                       steps=sizes["steps"], learning_rate=sizes["lr"], max_completion_length=10, seed=seed,
+                       reward=make_noisy_reward(0.2, 0.2, "sample", seed=seed), progress=False,
+                       **copy.deepcopy(LM_ARMS[arm]))
+        trainer = Trainer(model, tok, "addition", cfg, eval_examples=ex)
+        trainer.train()
+        return {"true_reward": trainer.state["noisy_verifier"]["true_reward"],
+                "fresh_reward": [m.get("pipo_fresh_reward", m["reward"]) for m in trainer.history],
+                "acc": trainer.evaluate(),
+                "layback_frac": float(np.mean([m.get("pipo_layback", 0.0) for m in trainer.history]))}
+
+
+LM_MODULES = (*MODULES, "rlcourse.methods.noisy", "rlcourse.train")
+
+
+def lm_base_study(P: Profile, steps: int | None = None, lr: float = 1e-4) -> Study:
+    """The one-cell study of the base model's accuracy (:func:`run_lm_base_cell`), shared by every cell."""
+    return Study(name="pipo-lm-base", arms=(BASE,), seeds=(0,), run=run_lm_base_cell, sizes=lm_sizes(P, steps, lr),
+                 modules=LM_MODULES)
+
+
+def lm_study(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4) -> Study:
+    """Every arm of :data:`LM_ARMS` on ``seeds`` (default ``P.seeds``) paired seeds."""
+    return Study(name="pipo-lm", arms=tuple(LM_ARMS), seeds=tuple(range(seeds or P.seeds)), run=run_lm_cell,
+                 sizes=lm_sizes(P, steps, lr), modules=LM_MODULES)
+
+
+def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4,
+                      **run_kw) -> dict:
     """GRPO against GRPO + PIPO (the registered ``pipo`` sampler and loss) on the tiny addition model
-    with a noisy verifier (each reward flipped with probability 0.2), ``P.seeds`` paired seeds.
+    with a noisy verifier (each reward flipped with probability 0.2), ``P.seeds`` paired seeds:
+    :func:`lm_study` and :func:`lm_base_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`).
 
     Returns ``true_reward[arm]`` ``(seeds, steps)`` (true mean reward of the fresh samples),
     ``fresh_reward[arm]`` ``(seeds, steps)`` (their observed, noisy mean reward: the loop's ``reward``
     metric for GRPO, ``pipo_fresh_reward`` for PIPO, whose ``reward`` also averages the cached rows),
     ``acc[arm]`` ``(seeds,)`` held-out greedy accuracy at the end, ``base_acc``, ``layback_frac[arm]``,
     ``seconds``."""
-    from ..lm import load_base_model
-    from ..methods.noisy import make_noisy_reward
-    from ..tasks import get_task
-    from ..train import RLConfig, Trainer
-
-    n = seeds or P.seeds
-    steps = steps or P.pick(smoke=3, book=30)
-    t0 = time.perf_counter()
-    arms = {"GRPO": dict(), "GRPO+PIPO": dict(sampler="pipo", policy_loss="pipo"),
-            "GRPO+PIPO (oracle verdict)": dict(sampler="pipo", policy_loss="pipo",
-                                               sampler_kwargs={"verdict_reward": "task"})}
-    out = {"true_reward": {}, "fresh_reward": {}, "acc": {}, "layback_frac": {}}
-    with one_torch_thread():
-        model, tok = load_base_model("addition", "medium", prof=P, progress=False)
-        ex = get_task("addition").examples(P.pick(smoke=16, book=128), seed=1234, split="test")
-        base_acc = None
-        for arm, parts in arms.items():
-            tr_rewards, fresh, accs, fracs = [], [], [], []
-            for seed in range(n):
-                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
-                               steps=steps, learning_rate=lr, max_completion_length=10, seed=seed,
-                               reward=make_noisy_reward(0.2, 0.2, "sample", seed=seed), progress=False, **parts)
-                trainer = Trainer(copy.deepcopy(model), tok, "addition", cfg, eval_examples=ex)
-                if base_acc is None:
-                    base_acc = trainer.evaluate()
-                trainer.train()
-                tr_rewards.append(trainer.state["noisy_verifier"]["true_reward"])
-                fresh.append([m.get("pipo_fresh_reward", m["reward"]) for m in trainer.history])
-                accs.append(trainer.evaluate())
-                fracs.append(float(np.mean([m.get("pipo_layback", 0.0) for m in trainer.history])))
-            out["true_reward"][arm] = np.array(tr_rewards)
-            out["fresh_reward"][arm] = np.array(fresh)
-            out["acc"][arm] = np.array(accs)
-            out["layback_frac"][arm] = np.array(fracs)
-    out.update(base_acc=base_acc, seeds=n, steps=steps, seconds=time.perf_counter() - t0)
+    base = run_study(lm_base_study(P, steps, lr), **run_kw)
+    results = run_study(lm_study(P, seeds, steps, lr), **run_kw)
+    out = {key: {arm: np.array(results.values(arm, key)) for arm in LM_ARMS}
+           for key in ("true_reward", "fresh_reward", "acc", "layback_frac")}
+    out.update(base_acc=base.metrics[(BASE, 0)]["base_acc"], seeds=len(results.study.seeds),
+               steps=results.study.sizes["steps"], seconds=base.wall_seconds + results.wall_seconds)
     return out
 
 

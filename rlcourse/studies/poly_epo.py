@@ -2,12 +2,16 @@
 GRPO, a diversity bonus, set RL with ``f = max r`` and Poly-EPO as arms, and GRPO against ``poly_epo`` on the
 tiny countdown model, with their claims (the set objectives, the advantages and the registered estimators
 are in :mod:`rlcourse.methods.poly_epo`).
+
+Each grid is a study on the one runner (cached per cell): :func:`bandit_study` (one cell:
+:func:`run_bandit_cell`) and :func:`lm_study` (one cell: :func:`run_lm_cell`, which loads the base model
+itself); the base model's samples are a one-cell study (:func:`lm_base_study`). The ``run_*`` functions
+rebuild the chapter's dicts.
 """
 from __future__ import annotations
 
 import copy
-import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -17,6 +21,7 @@ from ..claims import Claim, Verdict, evaluate
 from ..methods.poly_epo import PAPER, countdown_strategy, normalise_groups, set_advantage
 from ..metrics import mean_pass_at_k, modes_above
 from ..profiles import Profile, one_torch_thread
+from .runner import Results, Study, run_study
 
 
 # ---------------------------------------------------------------------- experiment 1: the multi-strategy bandit
@@ -122,25 +127,64 @@ def train_strategy_bandit(arm: str, cfg: BanditConfig, seed: int, every: int = 1
     return out
 
 
-def run_bandit_experiment(P: Profile, cfg: BanditConfig | None = None, seeds: int | None = None) -> dict:
-    """Every arm over ``P.toy_seeds`` paired seeds (a seed fixes the bandit and the initial policy).
-    ``final[arm]`` ``(seeds, K)`` pass@k, ``modes[arm]``, ``held[arm]`` ``(seeds,)``, ``curve[arm]``
-    ``(seeds, T', K)``, ``mass[arm]`` ``(seeds, T', S)``, ``init`` the initial policy's metrics."""
-    cfg = cfg or BanditConfig(steps=P.pick(smoke=20, book=150))
-    n = seeds or P.toy_seeds
-    t0 = time.perf_counter()
-    out = {k: {} for k in ("final", "modes", "held", "curve", "mass", "dominant")}
+MODULES = ("rlcourse.methods.poly_epo", "rlcourse.advantages", "rlcourse.metrics")
+
+
+def run_bandit_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """One :func:`train_strategy_bandit` run of ``arm`` (a key of :data:`BANDIT_ARMS`) on the bandit of
+    ``seed``, with the :class:`BanditConfig` stored in ``sizes["config"]``. With ``T'`` logged steps:
+
+    ==============  ============  =============================================================
+    pass            ``(K,)``      final exact pass@k on the training prompts, k in :data:`KS`
+    modes           int           strategies with mass above 1%
+    held_minority   scalar        held-out pass@1 where only minority strategies solve (``None``
+                                  where no such prompt was drawn)
+    held_pass1      scalar        held-out pass@1
+    curve           ``(T', K)``   pass@k every 10 steps
+    mass            ``(T', S)``   the policy every 10 steps
+    dominant        scalar        the final mass of strategy 0
+    ==============  ============  =============================================================
+    """
+    if arm not in BANDIT_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(BANDIT_ARMS)}")
     with one_torch_thread():
-        for arm in BANDIT_ARMS:
-            runs = [train_strategy_bandit(arm, cfg, seed) for seed in range(n)]
-            out["final"][arm] = np.stack([r["pass"] for r in runs])
-            out["modes"][arm] = np.array([r["modes"] for r in runs], dtype=float)
-            out["held"][arm] = np.array([r["held_minority"] for r in runs])
-            out["curve"][arm] = np.stack([r["curve"] for r in runs])
-            out["mass"][arm] = np.stack([r["mass"] for r in runs])
-            out["dominant"][arm] = np.array([r["dominant"] for r in runs])
-    out.update(cfg=cfg, seeds=n, ks=KS, seconds=time.perf_counter() - t0)
+        r = train_strategy_bandit(arm, BanditConfig(**sizes["config"]), seed)
+    held = r["held_minority"]
+    return {"pass": r["pass"].tolist(), "modes": r["modes"], "held_minority": None if held != held else held,
+            "held_pass1": r["held_pass1"], "curve": r["curve"].tolist(), "mass": r["mass"].tolist(),
+            "dominant": r["dominant"]}
+
+
+def bandit_study(P: Profile, cfg: BanditConfig | None = None, seeds: int | None = None) -> Study:
+    """Every arm of :data:`BANDIT_ARMS` on ``seeds`` (default ``P.toy_seeds``) seeds, with ``cfg``
+    (default: the profile's steps)."""
+    cfg = cfg or BanditConfig(steps=P.pick(smoke=20, book=150))
+    return Study(name="poly_epo-bandit", arms=tuple(BANDIT_ARMS), seeds=tuple(range(seeds or P.toy_seeds)),
+                 run=run_bandit_cell, sizes={"config": asdict(cfg)}, verdicts=bandit_study_verdicts, modules=MODULES)
+
+
+def bandit_output(results: Results) -> dict:
+    """:func:`run_bandit_experiment`'s dict from a :func:`bandit_study`'s results."""
+    get = lambda arm, key: [np.asarray(v) for v in results.values(arm, key)]  # noqa: E731
+    out = {k: {} for k in ("final", "modes", "held", "curve", "mass", "dominant")}
+    for arm in results.study.arms:
+        out["final"][arm] = np.stack(get(arm, "pass"))
+        out["modes"][arm] = np.array(results.values(arm, "modes"), dtype=float)
+        out["held"][arm] = np.array([np.nan if v is None else v for v in results.values(arm, "held_minority")])
+        out["curve"][arm] = np.stack(get(arm, "curve"))
+        out["mass"][arm] = np.stack(get(arm, "mass"))
+        out["dominant"][arm] = np.array(results.values(arm, "dominant"))
+    out.update(cfg=BanditConfig(**results.study.sizes["config"]), seeds=len(results.study.seeds), ks=KS,
+               seconds=results.wall_seconds)
     return out
+
+
+def run_bandit_experiment(P: Profile, cfg: BanditConfig | None = None, seeds: int | None = None, **run_kw) -> dict:
+    """Every arm over ``P.toy_seeds`` paired seeds (a seed fixes the bandit and the initial policy):
+    :func:`bandit_study` on the study runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`).
+    ``final[arm]`` ``(seeds, K)`` pass@k, ``modes[arm]``, ``held[arm]`` ``(seeds,)``, ``curve[arm]``
+    ``(seeds, T', K)``, ``mass[arm]`` ``(seeds, T', S)``, ``dominant[arm]`` ``(seeds,)``."""
+    return bandit_output(run_study(bandit_study(P, cfg, seeds), **run_kw))
 
 
 SETTING = ("one softmax over 6 strategies shared by 10 training prompts (strategy 0 solves 6 of them, each other "
@@ -170,6 +214,11 @@ def bandit_claims() -> dict[str, Claim]:
                          metric="exact pass@16 on the training prompts after training", method="set RL, f = max r",
                          **common),
     }
+
+
+def bandit_study_verdicts(results: Results) -> dict[str, Verdict]:
+    """:func:`bandit_verdicts` on a :func:`bandit_study`'s results."""
+    return bandit_verdicts(bandit_output(results))
 
 
 def bandit_verdicts(out: dict) -> dict[str, Verdict]:
@@ -224,39 +273,93 @@ LM_ARMS = {"GRPO": dict(advantage_estimator="grpo"),
            "Poly-EPO": dict(advantage_estimator="poly_epo", advantage_kwargs={"subset_size": 4})}
 
 
-def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4) -> dict:
-    """GRPO against ``poly_epo`` (N = 8, n = 4) on the tiny countdown model, ``P.seeds`` paired seeds.
-    Returns ``summary[arm]`` (a list of :func:`strategy_summary` per seed), ``base`` (the base model's),
-    ``reward[arm]`` ``(seeds, steps)`` the training reward, ``seconds``."""
+BASE = "base model"  # the one cell of :func:`lm_base_study`: the base model's samples
+LM_MODULES = (*MODULES, "rlcourse.train", "rlcourse.lm.sampling")
+
+
+def lm_sizes(P: Profile, steps: int | None = None, lr: float = 1e-4) -> dict:
+    """Every setting an LM cell reads, for profile ``P`` (``steps`` overrides the profile's)."""
+    return {"profile": P.as_dict(), "steps": steps or P.pick(smoke=2, book=30), "lr": lr,
+            "held_prompts": P.pick(smoke=8, book=48), "samples": P.pick(smoke=4, book=16),
+            "num_generations": P.pick(smoke=4, book=8), "prompts_per_step": P.pick(smoke=2, book=8),
+            "subset_size": P.pick(smoke=2, book=4)}
+
+
+def _lm_base(sizes: dict):
+    """The countdown 'weak' base model, its tokenizer, the held-out prompts and the pass@k's ``k``."""
     from ..lm import load_base_model
     from ..tasks import get_task
+
+    model, tok = load_base_model("countdown", "weak", prof=Profile(**sizes["profile"]), progress=False)
+    held = get_task("countdown").examples(sizes["held_prompts"], seed=4321, split="test")
+    return model, tok, held, tuple(k for k in LM_KS if k <= sizes["samples"])
+
+
+def _summary(ev: dict, ks) -> dict:
+    """:func:`strategy_summary` with ``pass`` as a list (a cell's metrics)."""
+    out = strategy_summary(ev, ks)
+    return {**out, "pass": out["pass"].tolist()}
+
+
+def run_lm_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """The base model's :func:`strategy_summary` (samples drawn from seed 0); ``arm`` must be :data:`BASE`."""
+    if arm != BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(BASE,)}")
+    with one_torch_thread():
+        model, tok, held, ks = _lm_base(sizes)
+        return _summary(sample_strategies(model, tok, held, sizes["samples"], torch.Generator().manual_seed(0)), ks)
+
+
+def run_lm_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Train the base model with arm ``arm`` of :data:`LM_ARMS` from ``seed`` (set size
+    ``sizes["subset_size"]`` for Poly-EPO): ``reward`` ``(T,)`` the training reward per step and
+    ``summary`` the :func:`strategy_summary` of ``sizes["samples"]`` samples per held-out prompt."""
     from ..train import RLConfig, Trainer
 
-    n_seeds, steps = seeds or P.seeds, steps or P.pick(smoke=2, book=30)
-    t0 = time.perf_counter()
-    held = get_task("countdown").examples(P.pick(smoke=8, book=48), seed=4321, split="test")
-    samples = P.pick(smoke=4, book=16)
-    ks = tuple(k for k in LM_KS if k <= samples)
-    out = {"summary": {}, "reward": {}}
+    if arm not in LM_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(LM_ARMS)}")
+    parts = copy.deepcopy(LM_ARMS[arm])
+    if arm == "Poly-EPO":
+        parts["advantage_kwargs"] = {"subset_size": sizes["subset_size"]}
     with one_torch_thread():
-        model, tok = load_base_model("countdown", "weak", prof=P, progress=False)
-        out["base"] = strategy_summary(sample_strategies(model, tok, held, samples, torch.Generator().manual_seed(0)), ks)
-        for arm, parts in LM_ARMS.items():
-            summ, rew = [], []
-            for seed in range(n_seeds):
-                cfg = RLConfig(num_generations=P.pick(smoke=4, book=8), prompts_per_step=P.pick(smoke=2, book=8),
-                               steps=steps, learning_rate=lr, max_completion_length=8, seed=seed, progress=False,
-                               **parts)
-                if P.name == "smoke":
-                    cfg.advantage_kwargs = {"subset_size": 2} if arm == "Poly-EPO" else {}
-                trainer = Trainer(copy.deepcopy(model), tok, "countdown", cfg, eval_examples=held[:4])
-                trainer.train()
-                rew.append([m["reward"] for m in trainer.history])
-                ev = sample_strategies(trainer.model, tok, held, samples, torch.Generator().manual_seed(1 + seed))
-                summ.append(strategy_summary(ev, ks))
-            out["summary"][arm], out["reward"][arm] = summ, np.array(rew)
-    out.update(seeds=n_seeds, steps=steps, ks=ks, samples=samples, prompts=len(held),
-               seconds=time.perf_counter() - t0)
+        model, tok, held, ks = _lm_base(sizes)
+        cfg = RLConfig(num_generations=sizes["num_generations"], prompts_per_step=sizes["prompts_per_step"],
+                       steps=sizes["steps"], learning_rate=sizes["lr"], max_completion_length=8, seed=seed,
+                       progress=False, **parts)
+        trainer = Trainer(model, tok, "countdown", cfg, eval_examples=held[:4])
+        trainer.train()
+        ev = sample_strategies(trainer.model, tok, held, sizes["samples"], torch.Generator().manual_seed(1 + seed))
+        return {"reward": [m["reward"] for m in trainer.history], "summary": _summary(ev, ks)}
+
+
+def lm_base_study(P: Profile, steps: int | None = None, lr: float = 1e-4) -> Study:
+    """The one-cell study of the base model's summary (:func:`run_lm_base_cell`), shared by every cell."""
+    return Study(name="poly_epo-lm-base", arms=(BASE,), seeds=(0,), run=run_lm_base_cell,
+                 sizes=lm_sizes(P, steps, lr), modules=LM_MODULES)
+
+
+def lm_study(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4) -> Study:
+    """Every arm of :data:`LM_ARMS` on ``seeds`` (default ``P.seeds``) paired seeds."""
+    return Study(name="poly_epo-lm", arms=tuple(LM_ARMS), seeds=tuple(range(seeds or P.seeds)), run=run_lm_cell,
+                 sizes=lm_sizes(P, steps, lr), modules=LM_MODULES)
+
+
+def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = 1e-4,
+                      **run_kw) -> dict:
+    """GRPO against ``poly_epo`` (N = 8, n = 4) on the tiny countdown model, ``P.seeds`` paired seeds:
+    :func:`lm_study` and :func:`lm_base_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`). Returns ``summary[arm]`` (a list of
+    :func:`strategy_summary` per seed), ``base`` (the base model's), ``reward[arm]`` ``(seeds, steps)``
+    the training reward, ``seconds``."""
+    base = run_study(lm_base_study(P, steps, lr), **run_kw)
+    results = run_study(lm_study(P, seeds, steps, lr), **run_kw)
+    sz = results.study.sizes
+    summary = lambda m: {**m, "pass": np.array(m["pass"])}  # noqa: E731
+    out = {"summary": {arm: [summary(m) for m in results.values(arm, "summary")] for arm in LM_ARMS},
+           "reward": {arm: np.array(results.values(arm, "reward")) for arm in LM_ARMS},
+           "base": summary(base.metrics[(BASE, 0)])}
+    out.update(seeds=len(results.study.seeds), steps=sz["steps"], ks=tuple(k for k in LM_KS if k <= sz["samples"]),
+               samples=sz["samples"], prompts=sz["held_prompts"], seconds=base.wall_seconds + results.wall_seconds)
     return out
 
 
