@@ -258,3 +258,20 @@ def test_shortening_and_matched_accuracy():
         A.matched_accuracy(np.zeros(3), x, y)
     with pytest.raises(ValueError, match="seeds, buckets"):
         A.shortening(np.zeros(3), np.zeros(3))
+
+
+def test_studies_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    """A later cell of the bandit grid and of the language-model grid, run alone, gives the runner's numbers."""
+    from rlcourse.studies import apriel as study
+    from rlcourse.studies.runner import run_study
+
+    main, sweep = study.budget_studies([100, 101], 20, sweep_gammas=(0.2,), sweep_seeds=[100], match_gammas=(0.1, 0.4))
+    assert sweep.seeds == (100,) and sweep.arms == ("uniform 0.2", "linear 0.2", "gate 0.2", "none")
+    mix = study.mix_study(rlcourse.profile("smoke"), seeds=[0, 1])
+    for grid, run, last, arms in ((main, study.run_budget_cell, ("match 0.4", 101), "'gate_std'"),
+                                  (mix, study.run_mix_cell, ("adaptive", 1), "'static'")):
+        metrics = run_study(grid, jobs=1, cache=False).metrics
+        assert grid.cells()[-1] == last and metrics[last] == run(*last, dict(grid.sizes))
+        with pytest.raises(ValueError, match=f"the arms are .*{arms}"):
+            run("tanh", 0, dict(grid.sizes))
+    assert np.shape(metrics[last]["usable"]) == (mix.sizes["steps"], 3)

@@ -5,6 +5,7 @@ Monte Carlo with tolerances that can fail, and the estimators' expectations by e
 group of samples (``M**N`` sequences).
 """
 import itertools
+import re
 from math import comb
 
 import numpy as np
@@ -303,3 +304,44 @@ def test_lm_pass_claim_is_gated_on_the_difference_control():
     v_ctrl = evaluate(ctrl, [0.5], [0.4])  # one seed: inconclusive, so the gated claim is uninformative
     assert C.lm_verdicts(out, control=v_ctrl)["pass"].verdict == "uninformative"
     assert C.lm_verdicts(out)["pass"].verdict == "inconclusive"
+
+
+def _without_timing(m: dict) -> dict:
+    return {k: v for k, v in m.items() if "seconds" not in k}
+
+
+def test_bandit_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    """A later cell of the bandit grid, run alone, gives the numbers the runner gave it."""
+    from rlcourse.studies import compute_aligned as study
+    from rlcourse.studies.runner import run_study
+
+    s = study.bandit_study(rlcourse.profile("smoke"), C.BanditConfig(prompts=20, steps=6, every=2), seeds=2)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("maj@k", 1)
+    assert _without_timing(res.metrics[(arm, seed)]) == _without_timing(study.run_bandit_cell(arm, seed, dict(s.sizes)))
+    with pytest.raises(ValueError, match="the arms are .*'pass@k'"):
+        study.run_bandit_cell("sft", 0, dict(s.sizes))
+
+
+def test_lm_studies_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    """A later cell of the language-model grid and of the control grid, each run alone, gives the numbers
+    the runner gave it (each cell loads its own base model)."""
+    from rlcourse.studies import compute_aligned_lm as lm
+    from rlcourse.studies.runner import run_study
+
+    P = rlcourse.profile("smoke")
+    s = lm.lm_study(P, arms=["standard (RLOO)", "pass@k-aligned"], seeds=2)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("pass@k-aligned", 1) and len(res.metrics[(arm, seed)]["reward"]) == s.sizes["steps"]
+    assert _without_timing(res.metrics[(arm, seed)]) == _without_timing(lm.run_lm_cell(arm, seed, dict(s.sizes)))
+    c = lm.control_study(P, {"train": [0, 1, 2], "test": [3, 4]}, seeds=2)
+    res = run_study(c, jobs=1, cache=False)
+    arm, seed = c.cells()[-1]
+    assert res.metrics[(arm, seed)] == lm.run_lm_control_cell(arm, seed, dict(c.sizes))
+    for run, sizes, name in ((lm.run_lm_cell, s.sizes, "maj@k-aligned"), (lm.run_lm_control_cell, c.sizes, "pass@k"),
+                             (lm.run_lm_base_cell, lm.lm_base_study(P).sizes, "base model"),
+                             (lm.run_pools_cell, lm.pools_study(P).sizes, "hard prompts")):
+        with pytest.raises(ValueError, match=f"the arms are .*'{re.escape(name)}"):
+            run("no such arm", 0, dict(sizes))

@@ -155,3 +155,25 @@ def test_planted_label_deficit_is_class_conditional():
                                                                                 for e, f in zip(ex, planted))
     with pytest.raises(ValueError, match="share"):
         E.plant_label_deficit(ex, 1.5)
+
+
+def test_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    """A later cell of the grid (a noise level without the ablation), run alone, gives the runner's numbers."""
+    from dataclasses import replace
+
+    import rlcourse
+    from rlcourse.studies import epm_rl as study
+    from rlcourse.studies.runner import run_study
+
+    s = study.study(replace(rlcourse.profile("smoke"), seeds=2))
+    s = replace(s, arms=s.arms[:1])  # the low noise level only: no ablation, so the test stays short
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("noise 0.2", 1) and "SFT-full" not in res.metrics[(arm, seed)]
+
+    def numbers(out: dict) -> dict:
+        return {k: {m: x for m, x in v.items() if m != "seconds"} if isinstance(v, dict) else v for k, v in out.items()}
+
+    assert numbers(res.metrics[(arm, seed)]) == numbers(study.run_cell(arm, seed, dict(s.sizes)))
+    with pytest.raises(ValueError, match="the arms are .*'noise 0.7'"):
+        study.run_cell("noise 0.5", 0, dict(s.sizes))

@@ -204,3 +204,19 @@ def test_lm_experiment_smoke_shapes():
     out = S.lm_experiment(rlcourse.profile("smoke"), seeds=1, arms=("task",))
     assert set(out["final"]) == {"task"} and len(out["curves"]["task"][0]) == 3
     assert 0 <= out["final"]["task"][0]["accuracy"] <= 1
+
+
+def test_lm_study_cell_alone_equals_the_grid_and_bad_arms_are_named():
+    """A later cell of the language-model grid, run alone, gives the numbers the runner gave it."""
+    from rlcourse.studies import sharpening as study
+    from rlcourse.studies.runner import run_study
+
+    s = study.lm_study(rlcourse.profile("smoke"), seeds=2, arms=("task", "self_loglik"), steps=1)
+    res = run_study(s, jobs=1, cache=False)
+    arm, seed = s.cells()[-1]
+    assert (arm, seed) == ("self_loglik", 1) and [k for k, _ in res.metrics[(arm, seed)]["curve"]] == [1]
+    assert res.metrics[(arm, seed)] == study.run_cell(arm, seed, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'base_loglik'"):
+        study.run_cell("sharpen", 0, dict(s.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        study.run_base_cell("task", 0, study.lm_base_study(rlcourse.profile("smoke")).sizes)

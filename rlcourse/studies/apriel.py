@@ -1,10 +1,9 @@
-"""Apriel-Reasoner's experiments: the thinking-budget bandit, the tiny-LM domain mix, and the claims (the
-method's registered parts are in :mod:`rlcourse.methods.apriel`).
+"""Apriel-Reasoner's experiments: the thinking-budget bandit (two studies on the one runner,
+:func:`budget_studies`, one cell per arm and seed) and the claims; the tiny-LM domain mix is in
+:mod:`rlcourse.studies.apriel_lm` (its names stay importable here), the method's registered parts in
+:mod:`rlcourse.methods.apriel`.
 """
 from __future__ import annotations
-
-import copy
-import time
 
 import numpy as np
 import torch
@@ -12,6 +11,8 @@ import torch
 from ..methods.apriel import (  # noqa: F401
     STATE_KEY, WEIGHTS, check_targets, difficulty_weight, simulate_domain_sampling,
 )
+from .apriel_lm import mix_experiment, mix_run, mix_study, run_mix_cell, share_deviation  # noqa: F401
+from .runner import Results, Study, run_study
 
 
 # ---------------------------------------------------------------------- the thinking-budget bandit
@@ -164,97 +165,55 @@ def matched_accuracy(target_short, sweep_short, sweep_acc) -> tuple[np.ndarray, 
 MATCH_GAMMAS = (0.02, 0.05, 0.1, 0.2, 0.4)  # the uniform penalty's strengths for the matched comparison
 
 
+def run_budget_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`budget_bandit_run` of arm ``arm`` of ``sizes["arms"]`` (``{name: [weight, gamma, scale]}``) from
+    ``seed``, ``sizes["steps"]`` steps at ``sizes["theta"]``: ``accuracy`` and ``length`` ``(K,)``,
+    ``curve_len`` and ``curve_acc`` ``(steps, K)``, as lists."""
+    if arm not in sizes["arms"]:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(sizes['arms'])}")
+    weight, gamma, scale = sizes["arms"][arm]
+    run = budget_bandit_run(weight, seed, sizes["steps"], gamma=gamma, theta=sizes["theta"], scale_rewards=scale)
+    return {key: run[key].tolist() for key in ("accuracy", "length", "curve_len", "curve_acc")}
+
+
+def budget_studies(seeds, steps: int, gamma: float = 0.1, theta: float = 0.75, control_gamma: float = 1.0,
+                   sweep_gammas=(0.05, 0.2, 0.4), sweep_seeds=None, match_gammas=MATCH_GAMMAS) -> tuple[Study, Study]:
+    """The bandit's two grids: the arms of :func:`budget_experiment` on ``seeds``, and its sweep of
+    ``gamma`` (arms ``"<weight> <gamma>"`` and ``"none"``) on ``sweep_seeds`` (default ``seeds``)."""
+    arms = {"none": ["none", gamma, "none"], **{w: [w, gamma, "none"] for w in WEIGHTS},
+            "control": ["uniform", control_gamma, "none"], "gate_std": ["gate", gamma, "group"],
+            **{f"match {g:g}": ["uniform", g, "none"] for g in match_gammas if g != gamma}}
+    sweep = {**{f"{w} {g:g}": [w, g, "none"] for w in WEIGHTS for g in sweep_gammas}, "none": ["none", 0.0, "none"]}
+    seeds = tuple(seeds)
+    return tuple(Study(name=name, arms=tuple(a), seeds=ss, run=run_budget_cell, modules=("rlcourse.methods.apriel",),
+                       sizes={"steps": steps, "theta": theta, "arms": a})
+                 for name, a, ss in (("apriel-budget", arms, seeds),
+                                     ("apriel-budget-sweep", sweep, seeds if sweep_seeds is None else tuple(sweep_seeds))))
+
+
 def budget_experiment(seeds, steps: int, gamma: float = 0.1, theta: float = 0.75, control_gamma: float = 1.0,
-                      sweep_gammas=(0.05, 0.2, 0.4), sweep_seeds=None, match_gammas=MATCH_GAMMAS) -> dict:
+                      sweep_gammas=(0.05, 0.2, 0.4), sweep_seeds=None, match_gammas=MATCH_GAMMAS, **run_kw) -> dict:
     """The chapter's bandit: arms ``none``, ``uniform``, ``linear``, ``gate`` at ``gamma``; the
     positive control (``uniform`` at ``control_gamma``); the ``gate`` arm with GRPO's std scaling
     (``gate_std``); a sweep of ``gamma`` for the three weights (``sweep[(weight, gamma)]``); and the
     uniform penalty at each of ``match_gammas`` on every seed (``match[gamma]``), from which the
     matched-shortening comparison reads the uniform penalty's accuracy at the gate's shortening.
-    Each arm maps to ``{"accuracy": (S, K), "length": (S, K), "curve_len": (S, steps, K)}``."""
-    seeds = list(seeds)
-    t0 = time.perf_counter()
+    Each arm maps to ``{"accuracy": (S, K), "length": (S, K), "curve_len": (S, steps, K)}``. The two
+    grids of :func:`budget_studies` run on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`)."""
+    main, sweep = budget_studies(seeds, steps, gamma, theta, control_gamma, sweep_gammas, sweep_seeds, match_gammas)
+    res, swept = run_study(main, **run_kw), run_study(sweep, **run_kw)
 
-    def arm(weight, g, scale="none", ss=seeds):
-        runs = [budget_bandit_run(weight, s, steps, gamma=g, theta=theta, scale_rewards=scale) for s in ss]
-        return {key: np.stack([r[key] for r in runs]) for key in ("accuracy", "length", "curve_len", "curve_acc")}
+    def arm(results: Results, name: str) -> dict:
+        return {key: np.stack([np.array(v) for v in results.values(name, key)])
+                for key in ("accuracy", "length", "curve_len", "curve_acc")}
 
-    out = {name: arm(w, gamma) for name, w in (("none", "none"), ("uniform", "uniform"), ("linear", "linear"),
-                                              ("gate", "gate"))}
-    out["control"] = arm("uniform", control_gamma)
-    out["gate_std"] = arm("gate", gamma, "group")
-    ss = seeds if sweep_seeds is None else list(sweep_seeds)
-    out["sweep"] = {(w, g): arm(w, g, ss=ss) for w in WEIGHTS for g in sweep_gammas}
-    out["sweep_none"] = arm("none", 0.0, ss=ss)
-    out["match"] = {g: out["uniform"] if g == gamma else arm("uniform", g) for g in match_gammas}
-    out["seconds"] = time.perf_counter() - t0
+    out = {name: arm(res, name) for name in ("none", *WEIGHTS, "control", "gate_std")}
+    out["sweep"] = {(w, g): arm(swept, f"{w} {g:g}") for w in WEIGHTS for g in sweep_gammas}
+    out["sweep_none"] = arm(swept, "none")
+    out["match"] = {g: out["uniform"] if g == gamma else arm(res, f"match {g:g}") for g in match_gammas}
+    out["seconds"] = res.wall_seconds + swept.wall_seconds
     return out
-
-
-# ---------------------------------------------------------------------- the language-model run
-def mix_run(adaptive: bool, seed: int, base, steps: int, prompts: int, G: int, lr: float,
-            max_completion_length: int = 9, gamma: float = 0.1) -> dict:
-    """RL on ``apriel_mix`` from the base ``(model, tokenizer)`` with the difficulty-aware length reward
-    and the adaptive (or static) domain sampler. Returns the per-step outcomes recorded in
-    ``state['apriel']`` as arrays ``(steps, D)`` (``sampled``, ``completed``, ``usable``, ``correct``,
-    ``tokens``), the sampler's log, the domains and the targets."""
-    from ..train import RLConfig, Trainer
-
-    model, tok = base
-    cfg = RLConfig(prompt_sampler="apriel_domains" if adaptive else "apriel_domains_static", reward="apriel_length",
-                   reward_kwargs={"gamma": gamma}, scale_rewards="none", num_generations=G, prompts_per_step=prompts,
-                   max_completion_length=max_completion_length, steps=steps, learning_rate=lr, seed=seed,
-                   progress=False, train_pool_size=2000)
-    trainer = Trainer(copy.deepcopy(model), tok, "apriel_mix", cfg, eval_examples=[])
-    trainer.train()
-    st = trainer.state[STATE_KEY]
-    keys = ("sampled", "completed", "usable", "correct", "tokens")
-    out = {k: np.array([st["outcomes"][s][k] for s in sorted(st["outcomes"])]) for k in keys}
-    out.update(domains=st["domains"], targets=np.array(st["targets"]), log=st["log"],
-               response_length=np.array([h["response_length"] for h in trainer.history]))
-    return out
-
-
-def share_deviation(usable, targets, start: int = 0) -> float:
-    """``max_d |s_d - w_d|`` for the shares ``s`` of usable rollouts summed over steps ``start..``
-    (1.0, the largest possible error, when those steps yielded no usable rollout).
-
-    ======== ========== ==================================
-    usable   ``(S, D)`` usable rollouts per step and domain
-    targets  ``(D,)``   target shares
-    ======== ========== ==================================
-    """
-    u = np.asarray(usable, float)[start:].sum(0)
-    w = check_targets(targets)
-    if u.shape != w.shape:
-        raise ValueError(f"usable has {u.shape[0] if u.ndim else 0} domains, targets {len(w)}")
-    if u.sum() <= 0:  # no usable rollout at all delivers none of the targets: the worst case, 1
-        return 1.0
-    return float(np.abs(u / u.sum() - w).max())
-
-
-def mix_experiment(prof, seeds=None, start: int | None = None) -> dict:
-    """The chapter's language-model run: static and adaptive sampling on ``apriel_mix`` for each seed
-    (sizes from the profile ``prof``; the base model is ``load_base_model("apriel_mix", 0.5)``).
-    Returns ``runs[arm]`` (lists of :func:`mix_run` outputs), ``deviation[arm]`` (per seed, shares of
-    usable rollouts over steps ``start..``), the base model's pre-training record and the seconds."""
-    from ..lm.zoo import load_base_model
-    from ..profiles import one_torch_thread
-
-    t0 = time.perf_counter()
-    base = load_base_model("apriel_mix", 0.5, prof=prof, progress=False)
-    steps = prof.pick(smoke=3, book=60)
-    start = prof.pick(smoke=0, book=10) if start is None else start
-    seeds = list(range(prof.seeds)) if seeds is None else list(seeds)
-    runs = {"static": [], "adaptive": []}
-    with one_torch_thread():
-        for seed in seeds:
-            for arm in runs:
-                runs[arm].append(mix_run(arm == "adaptive", seed, base, steps, prompts=prof.rl_prompts,
-                                         G=prof.num_generations, lr=prof.rl_lr))
-    dev = {arm: [share_deviation(r["usable"], r["targets"], start) for r in rs] for arm, rs in runs.items()}
-    return {"runs": runs, "deviation": dev, "start": start, "steps": steps, "seeds": seeds,
-            "base": getattr(base[0].config, "rlcourse_pretrain", {}), "seconds": time.perf_counter() - t0}
 
 
 # ---------------------------------------------------------------------- claims

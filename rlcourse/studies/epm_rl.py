@@ -1,5 +1,6 @@
 """EPM-RL's experiment: the base model, the SFT and RL stages, the arms, controls and claims (the task, rewards
-and checked math are in :mod:`rlcourse.methods.epm_rl`).
+and checked math are in :mod:`rlcourse.methods.epm_rl`). The grid of noise levels and seeds is a study on
+the one runner (:func:`study`, one cell per noise level and seed: :func:`run_cell`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ..lm.tokenizer import build_tokenizer
 from ..methods.epm_rl import (PAPER, ProductPairs, reward_parts)  # noqa: F401
 from ..profiles import Profile, cache_dir, one_torch_thread, profile as current_profile
 from ..tasks import Example
+from .runner import Study, run_study
 
 
 # ---------------------------------------------------------------------- the experiment
@@ -198,18 +200,50 @@ def run_seed(noise: float, seed: int, prof: Profile | None = None, ablation: boo
     return out
 
 
-def run_experiment(prof: Profile | None = None) -> dict:
-    """Every noise level on ``prof.seeds`` seeds; the ablation and controls at the highest noise."""
+MODULES = ("rlcourse.methods.epm_rl", "rlcourse.train", "rlcourse.capstone.models", "rlcourse.lm.sampling",
+           "rlcourse.lm.zoo")
+
+
+def arm_name(noise: float) -> str:
+    """The study's arm for a noise level, e.g. ``"noise 0.7"``."""
+    return f"noise {noise:g}"
+
+
+def run_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`run_seed` at the noise level of arm ``arm`` of ``sizes["arms"]`` (``{name: noise}``) for
+    the profile ``sizes["profile"]``, with the ablation and controls at ``sizes["ablation_noise"]``:
+    ``{stage: measures}`` plus ``noise`` and ``seed``."""
+    if arm not in sizes["arms"]:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(sizes['arms'])}")
+    noise = sizes["arms"][arm]
+    return run_seed(noise, seed, Profile(**sizes["profile"]), ablation=noise == sizes["ablation_noise"])
+
+
+def study(prof: Profile | None = None) -> Study:
+    """Every noise level of :func:`sizes` (an arm each) on ``prof.seeds`` seeds; the ablation and
+    controls at the highest noise."""
+    prof = prof or current_profile()
+    noises = sizes(prof)["noises"]
+    return Study(name="epm_rl", arms=tuple(arm_name(nz) for nz in noises), seeds=tuple(range(prof.seeds)),
+                 run=run_cell, sizes={"profile": prof.as_dict(), "arms": {arm_name(nz): nz for nz in noises},
+                                      "ablation_noise": max(noises)}, modules=MODULES)
+
+
+def run_experiment(prof: Profile | None = None, **run_kw) -> dict:
+    """Every noise level on ``prof.seeds`` seeds; the ablation and controls at the highest noise:
+    :func:`study` on the study runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`),
+    after building the shared base model once. Returns ``runs[noise]`` (per seed, :func:`run_seed`'s
+    output), ``seeds``, ``sizes``, ``profile``, ``base_seconds`` and ``seconds``."""
     prof = prof or current_profile()
     S = sizes(prof)
     t0 = time.perf_counter()
     load_base(prof)
     t_base = time.perf_counter() - t0
-    seeds = list(range(prof.seeds))
-    hi = max(S["noises"])
-    runs = {nz: [run_seed(nz, s, prof, ablation=nz == hi) for s in seeds] for nz in S["noises"]}
-    return {"runs": runs, "seeds": len(seeds), "sizes": S, "profile": prof, "base_seconds": t_base,
-            "seconds": time.perf_counter() - t0}
+    grid = study(prof)
+    res = run_study(grid, **run_kw)
+    runs = {nz: [res.metrics[(arm, s)] for s in grid.seeds] for arm, nz in grid.sizes["arms"].items()}
+    return {"runs": runs, "seeds": len(grid.seeds), "sizes": S, "profile": prof, "base_seconds": t_base,
+            "seconds": t_base + res.wall_seconds}
 
 
 def setting(S: dict) -> str:

@@ -1,10 +1,9 @@
 """The sharpening chapter's language-model experiment and the claims of both experiments (the exact pieces, the
-toy and the registered self-rewards are in :mod:`rlcourse.methods.sharpening`).
+toy and the registered self-rewards are in :mod:`rlcourse.methods.sharpening`). The language-model grid is a
+study on the one runner (:func:`lm_study`, one cell per reward and seed; the base model's measures are the
+one-cell :func:`lm_base_study`).
 """
 from __future__ import annotations
-
-import copy
-import time
 
 import numpy as np
 import torch
@@ -14,6 +13,7 @@ from ..methods.sharpening import (  # noqa: F401
     ABSTRACT_CLAIM, DropCarryAddition, PAPER, answer_of, base_model, seed_disagreement,
 )
 from ..profiles import Profile, one_torch_thread, profile as current_profile
+from .runner import Study, run_study
 
 
 # ---------------------------------------------------------------------- the language-model experiment
@@ -48,40 +48,88 @@ def lm_measure(model, tok, task, examples, n: int, seed: int, max_new_tokens: in
             "greedy_answers": [a if a is not None else "" for a in greedy]}
 
 
-def lm_experiment(P: Profile | None = None, seeds: int | None = None, arms=LM_ARMS, **overrides) -> dict:
+MODULES = ("rlcourse.methods.sharpening", "rlcourse.train", "rlcourse.lm.sampling", "rlcourse.rewards")
+BASE = "base model"
+
+
+def _held(sizes: dict) -> list:
+    """The held-out prompts every measurement uses."""
+    return DropCarryAddition().examples(sizes["eval_prompts"], seed=0, split="test")
+
+
+def run_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`lm_measure` of the base model on the held-out prompts (its only arm is ``"base model"``;
+    the sampling seed is fixed, so ``seed`` only names the cell)."""
+    if arm != BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are ({BASE!r},)")
+    with one_torch_thread():
+        model, tok = base_model(Profile(**sizes["profile"]))
+        return lm_measure(model, tok, DropCarryAddition(), _held(sizes), sizes["eval_samples"], seed=10_000)
+
+
+def run_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """GRPO from the base model with ``RLConfig.reward = arm`` (one of :data:`LM_ARMS`) from ``seed``;
+    ``curve`` lists ``[step, measures]`` (:func:`lm_measure`) every ``eval_every`` steps and at the last
+    (the base's own point, step 0, is :func:`run_base_cell`'s)."""
+    from ..train import RLConfig, Trainer
+
+    if arm not in LM_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {LM_ARMS}")
+    task, held = DropCarryAddition(), _held(sizes)
+    with one_torch_thread():
+        model, tok = base_model(Profile(**sizes["profile"]))
+        cfg = RLConfig(num_generations=sizes["G"], prompts_per_step=sizes["prompts"], steps=sizes["steps"],
+                       learning_rate=sizes["lr"], beta=sizes["beta"], max_completion_length=8, reward=arm, seed=seed,
+                       progress=False)
+        tr = Trainer(model, tok, task, cfg, eval_examples=held[:1])
+        curve = []
+        for k in range(1, sizes["steps"] + 1):
+            tr.step()
+            if k % sizes["eval_every"] == 0 or k == sizes["steps"]:
+                curve.append([k, lm_measure(tr.model, tok, task, held, sizes["eval_samples"], seed=10_000 + k)])
+    return {"curve": curve}
+
+
+def _study_sizes(P: Profile, overrides: dict) -> dict:
+    sz = {**lm_sizes(P), **overrides}
+    return {"profile": P.as_dict(), **{k: v for k, v in sz.items() if k != "seeds"}}
+
+
+def lm_base_study(P: Profile | None = None, **overrides) -> Study:
+    """The base model's measures: one cell."""
+    sizes = {k: v for k, v in _study_sizes(P or current_profile(), overrides).items()
+             if k in ("profile", "eval_prompts", "eval_samples")}
+    return Study(name="sharpening-lm-base", arms=(BASE,), seeds=(0,), run=run_base_cell, sizes=sizes, modules=MODULES)
+
+
+def lm_study(P: Profile | None = None, seeds: int | None = None, arms=LM_ARMS, **overrides) -> Study:
+    """The regimes ``arms`` (rewards of :data:`LM_ARMS`) on ``seeds`` seeds (default the profile's), with
+    ``overrides`` of :func:`lm_sizes`."""
+    P = P or current_profile()
+    n = seeds or {**lm_sizes(P), **overrides}["seeds"]
+    return Study(name="sharpening-lm", arms=tuple(arms), seeds=tuple(range(n)), run=run_cell,
+                 sizes=_study_sizes(P, overrides), modules=MODULES)
+
+
+def lm_experiment(P: Profile | None = None, seeds: int | None = None, arms=LM_ARMS, run_kw: dict | None = None,
+                  **overrides) -> dict:
     """The three regimes on the tiny addition model with a dropped-carry error mode (:func:`base_model`):
     the same GRPO loop (``RLConfig``: ``beta`` KL to the base, ``k3+``), the same prompts and the same
     decoding; only ``RLConfig.reward`` changes. Every ``eval_every`` steps the policy is measured on
-    held-out prompts (:func:`lm_measure`). Returns ``base`` (the base's measures), ``curves[arm]`` (per
-    seed, a list of ``(step, measures)``), ``final[arm]`` (per seed, the last measures), ``sizes``,
-    ``seconds``."""
-    from ..train import RLConfig, Trainer
+    held-out prompts (:func:`lm_measure`). :func:`lm_study` and :func:`lm_base_study` run on the study
+    runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`). Returns ``base`` (the base's
+    measures), ``curves[arm]`` (per seed, a list of ``(step, measures)``), ``final[arm]`` (per seed, the
+    last measures), ``sizes``, ``seeds``, ``seconds``."""
     P = P or current_profile()
-    sz = {**lm_sizes(P), **overrides}
-    n = seeds or sz["seeds"]
-    task = DropCarryAddition()
-    t0 = time.perf_counter()
-    with one_torch_thread():
-        model, tok = base_model(P)
-        held = task.examples(sz["eval_prompts"], seed=0, split="test")
-        base = lm_measure(model, tok, task, held, sz["eval_samples"], seed=10_000)
-        curves, final = {}, {}
-        for arm in arms:
-            curves[arm], final[arm] = [], []
-            for seed in range(n):
-                cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], steps=sz["steps"],
-                               learning_rate=sz["lr"], beta=sz["beta"], max_completion_length=8, reward=arm,
-                               seed=seed, progress=False)
-                tr = Trainer(copy.deepcopy(model), tok, task, cfg, eval_examples=held[:1])
-                curve = [(0, base)]
-                for k in range(1, sz["steps"] + 1):
-                    tr.step()
-                    if k % sz["eval_every"] == 0 or k == sz["steps"]:
-                        curve.append((k, lm_measure(tr.model, tok, task, held, sz["eval_samples"], seed=10_000 + k)))
-                curves[arm].append(curve)
-                final[arm].append(curve[-1][1])
-    return {"base": base, "curves": curves, "final": final, "sizes": sz, "seeds": n,
-            "seconds": time.perf_counter() - t0}
+    study = lm_study(P, seeds, arms, **overrides)
+    base = run_study(lm_base_study(P, **overrides), **(run_kw or {}))
+    res = run_study(study, **(run_kw or {}))
+    b = base.metrics[(BASE, 0)]
+    curves = {arm: [[(0, b)] + [tuple(point) for point in res.metrics[(arm, s)]["curve"]] for s in study.seeds]
+              for arm in study.arms}
+    return {"base": b, "curves": curves, "final": {arm: [c[-1][1] for c in cs] for arm, cs in curves.items()},
+            "sizes": {**lm_sizes(P), **overrides}, "seeds": len(study.seeds),
+            "seconds": base.wall_seconds + res.wall_seconds}
 
 
 # ---------------------------------------------------------------------- claims
