@@ -217,3 +217,20 @@ def test_attack_rewards_refuse_other_tasks(attacker):
     b = rlcourse.lm.sample(model, tok, ["1+2="], num_generations=2, max_new_tokens=4)
     with pytest.raises(ValueError, match="addition_attack"):
         B.attack_success(b, [None, None], rlcourse.tasks.get_task("addition"), {})
+
+
+def test_studies_cells_stand_alone():
+    """A later cell of the toy grid and of the attack grid, run with the others, equals the same cell run
+    alone; a bad arm is refused with the arms named."""
+    from rlcourse.studies.runner import run_study
+
+    base, attack = S.attack_studies(rlcourse.profile("smoke"), seeds=2)
+    for study, run in ((S.toy_study(2, budget=40), S.run_toy_cell), (attack, S.run_attack_cell)):
+        res = run_study(study, jobs=1, cache=False)
+        arm, seed = study.cells()[-1]
+        assert (arm, seed) == ("oracle", 1)
+        assert res.metrics[(arm, seed)] == run(arm, seed, dict(study.sizes))
+        with pytest.raises(ValueError, match="the arms are .*'banel'"):
+            run("no such arm", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'attacker samples'"):
+        S.run_attack_base_cell("banel", 0, dict(base.sizes))

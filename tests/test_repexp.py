@@ -5,6 +5,7 @@ verifier calls by Monte Carlo, the limit bonus of the commonest mode under centr
 against a direct inverse, the divisor task, and the registered sampler in the Trainer (scores =
 reward + beta * bonus, frozen features, exact resume)."""
 import copy
+import dataclasses
 import inspect
 import math
 
@@ -322,3 +323,21 @@ def test_rl_verdicts_rest_on_the_planted_control():
         repexp.run_rl(None, prompts="test")
     with pytest.raises(ValueError, match="arms"):
         repexp.run_rl(None, arms=("GRPO+RepExp",))
+
+
+def test_rl_study_cell_alone_matches_the_grid():
+    """A later cell of the RL grid equals the same cell run alone (cells share no state), and an
+    unknown arm is refused with the arms named."""
+    from rlcourse.studies import repexp
+    from rlcourse.studies.runner import run_study
+
+    prof = dataclasses.replace(rlcourse.profile("smoke"), seeds=2)
+    study = repexp.rl_study(prof, arms=("GRPO", "GRPO+RepExp"), steps=1)
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert (arm, seed) == ("GRPO+RepExp", 1)
+    assert res.metrics[(arm, seed)] == repexp.run_rl_cell(arm, seed, dict(study.sizes))
+    with pytest.raises(ValueError, match="GRPO\\+RepExp"):
+        repexp.run_rl_cell("PPO", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="base model"):
+        repexp.run_rl_base_cell("GRPO", 0, dict(study.sizes))

@@ -219,3 +219,20 @@ def test_lm_experiment_runs_in_smoke():
         assert c["add"].shape == c["sort"].shape == (1, E)
     t = RS.matched_gain_table({**res, "curves": {**res["curves"]}})
     assert t["grpo"].shape == (1,)
+
+
+def test_studies_cells_stand_alone():
+    """A later cell of each grid, run with the others, equals the same cell run alone; a bad arm is
+    refused with the arms named."""
+    from rlcourse.studies.runner import run_study
+
+    for study, run in ((RS.toy_study(2, R.TwoModeSetting(iters=20, n_samples=50)), RS.run_toy_cell),
+                       (RS.lm_study(rlcourse.profile("smoke"), arms=("SFT, high lr", "GRPO"), seeds=2), RS.run_lm_cell)):
+        res = run_study(study, jobs=1, cache=False)
+        arm, seed = study.cells()[-1]
+        assert seed == 1
+        assert res.metrics[(arm, seed)] == run(arm, seed, dict(study.sizes))
+        with pytest.raises(ValueError, match=f"the arms are .*{arm}"):
+            run("no such arm", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        RS.run_lm_base_cell("GRPO", 0, dict(RS.lm_base_study(rlcourse.profile("smoke")).sizes))

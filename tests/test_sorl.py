@@ -296,3 +296,23 @@ def test_mass_normaliser_refuses_a_split_batch_and_is_exact_on_the_whole_one(tin
 def _random_reward(batch, examples, task, state):
     """A reward that varies within every group, so that every row has a nonzero advantage."""
     return torch.rand(len(batch.texts), generator=torch.Generator().manual_seed(len(batch.texts)))
+
+
+def test_lock_studies_cells_stand_alone():
+    """A later cell of the staleness grid and of the learning-rate sweep, run with the others, equals the
+    same cell run alone; a bad arm is refused with the arms named; the grid's verdicts are those of the
+    chapter's dict."""
+    from rlcourse.studies.runner import run_study
+
+    P = rlcourse.profile("smoke")
+    for s in (study.staleness_study(P, stalenesses=(0, 2), seeds=2, cfg=study.LockConfig(steps=4)),
+              study.learning_rate_study(P, lrs=(30.0, 100.0), staleness=2, seeds=2)):
+        res = run_study(s, jobs=1, cache=False)
+        arm, seed = s.cells()[-1]
+        assert seed == s.seeds[1]
+        assert res.metrics[(arm, seed)] == study.run_lock_cell(arm, seed, dict(s.sizes))
+        with pytest.raises(ValueError, match="the arms are .*'GRPO \\(token\\) @ L=0"):
+            study.run_lock_cell("no such arm", 0, dict(s.sizes))
+    full = study.staleness_study(P, stalenesses=(0, 2), seeds=2, cfg=study.LockConfig(steps=4))
+    v = run_study(full, jobs=1, cache=False).verdicts()
+    assert v["control-staleness"].claim.key == "sorl/control-staleness" and v["lower-clip"].seeds == 2

@@ -23,6 +23,7 @@ from ..methods.banel import (PAPER, AdditionAttack, draw_posterior, exploration_
                              rejection_region, target_wrong)
 from ..profiles import Profile, cache_dir, profile as current_profile
 from ..tasks import Example
+from .runner import Results, Study, run_study
 
 
 # ---------------------------------------------------------------------- the exact toy
@@ -72,18 +73,50 @@ def toy_search(prior: np.ndarray, success: np.ndarray, budget: int, per_round: i
     return np.array(curve)
 
 
-def toy_experiment(seeds: int, budget: int = 300, per_round: int = 20, tau: float = 1.0, pseudo: float = 5.0,
-                   vocab: int = 5, length: int = 3, seed: int = 0) -> dict:
-    """The exact toy: an autoregressive prior on ``vocab**length`` sequences, the two least likely
-    sequences as the successes; cumulative successes per NRE of random, BaNEL and the oracle."""
+TOY_ARMS = ("random", "banel", "oracle")
+
+
+def toy_problem(vocab: int, length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The toy's autoregressive prior (first-token and transition probabilities drawn from ``seed``) on
+    the ``vocab**length`` sequences of :func:`all_sequences`, and its successes, the two least likely
+    sequences: ``(prior, success)``, each ``(vocab**length,)``."""
     rng = np.random.default_rng(seed)
     first, trans = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab), size=vocab)
     xs = all_sequences(vocab, length)
     prior = first[xs[:, 0]] * np.prod(trans[xs[:, :-1], xs[:, 1:]], axis=1)
     success = np.zeros(len(prior), bool)
     success[np.argsort(prior)[:2]] = True
-    curves = {m: np.stack([toy_search(prior, success, budget, per_round, tau, pseudo, np.random.default_rng(100 + s), m)
-                           for s in range(seeds)]) for m in ("random", "banel", "oracle")}
+    return prior, success
+
+
+def run_toy_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`toy_search` with method ``arm`` (one of :data:`TOY_ARMS`) on the toy of ``sizes``, its
+    sampling seeded by ``100 + seed``: ``curve`` ``(budget,)``, the cumulative successes per NRE."""
+    if arm not in TOY_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {TOY_ARMS}")
+    prior, success = toy_problem(sizes["vocab"], sizes["length"], sizes["seed"])
+    curve = toy_search(prior, success, sizes["budget"], sizes["per_round"], sizes["tau"], sizes["pseudo"],
+                       np.random.default_rng(100 + seed), arm)
+    return {"curve": curve.tolist()}
+
+
+def toy_study(seeds: int, budget: int = 300, per_round: int = 20, tau: float = 1.0, pseudo: float = 5.0,
+              vocab: int = 5, length: int = 3, seed: int = 0) -> Study:
+    """Random, BaNEL and the oracle on seeds ``0 .. seeds - 1`` of the toy whose prior ``seed`` draws."""
+    sizes = dict(budget=budget, per_round=per_round, tau=tau, pseudo=pseudo, vocab=vocab, length=length, seed=seed)
+    return Study(name="banel-toy", arms=TOY_ARMS, seeds=tuple(range(seeds)), run=run_toy_cell, sizes=sizes,
+                 modules=("rlcourse.methods.banel",))
+
+
+def toy_experiment(seeds: int, budget: int = 300, per_round: int = 20, tau: float = 1.0, pseudo: float = 5.0,
+                   vocab: int = 5, length: int = 3, seed: int = 0, **run_kw) -> dict:
+    """The exact toy: an autoregressive prior on ``vocab**length`` sequences, the two least likely
+    sequences as the successes; cumulative successes per NRE of random, BaNEL and the oracle
+    (``curves[arm]`` ``(seeds, budget)``): :func:`toy_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`)."""
+    res = run_study(toy_study(seeds, budget, per_round, tau, pseudo, vocab, length, seed), **run_kw)
+    prior, success = toy_problem(vocab, length, seed)
+    curves = {m: np.array(res.values(m, "curve")) for m in TOY_ARMS}
     return {"prior": prior, "success": success, "curves": curves, "base_rate": float(prior[success].sum())}
 
 
@@ -294,27 +327,66 @@ def attack_claims(budget: int) -> dict:
     }
 
 
-def attack_experiment(prof: Profile | None = None, seeds: int | None = None) -> dict:
-    """Every arm of the attack over ``seeds`` seeds (a seed fixes the sampling and fitting
-    randomness; target and attacker are the same), the base rate, and the claims' verdicts."""
-    from ..claims import evaluate
+ATTACK_ARMS = ("random", "novelty", "banel", "oracle")
+ATTACK_BASE = "attacker samples"  # the one arm of the base rate's study
+ATTACK_MODULES = ("rlcourse.methods.banel", "rlcourse.train", "rlcourse.lm.sampling", "rlcourse.lm.zoo")
+
+
+def run_attack_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`attack_run` of arm ``arm`` (one of :data:`ATTACK_ARMS`) from ``seed`` with the sizes of
+    :func:`attack_sizes` and the profile in ``sizes``, less its ``seconds`` (``hits`` as ``[NRE, query]``
+    pairs)."""
     from ..profiles import one_torch_thread
 
-    prof = prof or current_profile()
-    sz = attack_sizes(prof)
-    seeds = seeds if seeds is not None else sz["seeds"]
-    start = time.perf_counter()
-    runs: dict[str, list[dict]] = {}
+    if arm not in ATTACK_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {ATTACK_ARMS}")
     with one_torch_thread():
-        base = base_success_rate(prof, n=sz["n_base"])
-        for arm in ("random", "novelty", "banel", "oracle"):
-            runs[arm] = [attack_run(arm, s, sz["budget"], prof, prompts=sz["prompts"], G=sz["G"], n_eval=sz["n_eval"],
-                                    oversample=sz["oversample"], fit_steps=sz["fit_steps"]) for s in range(seeds)]
+        out = attack_run(arm, seed, sizes["budget"], Profile(**sizes["profile"]), prompts=sizes["prompts"],
+                         G=sizes["G"], n_eval=sizes["n_eval"], oversample=sizes["oversample"],
+                         fit_steps=sizes["fit_steps"])
+    out["hits"] = [[int(nre), query] for nre, query in out["hits"]]
+    return {k: v for k, v in out.items() if k != "seconds"}
+
+
+def run_attack_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`base_success_rate` on ``sizes["n_base"]`` samples (its only arm is :data:`ATTACK_BASE`; the
+    sampling seed is fixed, so ``seed`` only names the cell)."""
+    from ..profiles import one_torch_thread
+
+    if arm != ATTACK_BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(ATTACK_BASE,)}")
+    with one_torch_thread():
+        return base_success_rate(Profile(**sizes["profile"]), n=sizes["n_base"])
+
+
+def attack_studies(prof: Profile, seeds: int | None = None) -> tuple[Study, Study]:
+    """The base rate (one cell) and every arm of :data:`ATTACK_ARMS` on seeds ``0 .. seeds - 1``
+    (default: the profile's language-model seeds)."""
+    sz = attack_sizes(prof)
+    sizes = {**{k: v for k, v in sz.items() if k != "seeds"}, "profile": prof.as_dict()}
+    base = Study(name="banel-attack-base", arms=(ATTACK_BASE,), seeds=(0,), run=run_attack_base_cell, sizes=sizes,
+                 modules=ATTACK_MODULES)
+    grid = Study(name="banel-attack", arms=ATTACK_ARMS, seeds=tuple(range(sz["seeds"] if seeds is None else seeds)),
+                 run=run_attack_cell, sizes=sizes, verdicts=attack_study_verdicts, modules=ATTACK_MODULES)
+    return base, grid
+
+
+def attack_runs(results: Results) -> dict[str, list[dict]]:
+    """``{arm: [attack_run's dict per seed]}`` from the attack grid's results (``hits`` as tuples,
+    ``seconds`` the cell's)."""
+    return {arm: [{**results.metrics[(arm, s)], "hits": [tuple(h) for h in results.metrics[(arm, s)]["hits"]],
+                   "seconds": results.seconds[(arm, s)]} for s in results.study.seeds] for arm in results.study.arms}
+
+
+def attack_verdicts(runs: dict, budget: int, seconds: float) -> dict:
+    """The verdicts of :func:`attack_claims` on ``runs`` (``{arm: [attack_run's dict per seed]}``);
+    the three comparisons rest on the oracle control."""
+    from ..claims import evaluate
+
     val = lambda arm, key: [r[key] for r in runs[arm]]  # noqa: E731
-    claims = attack_claims(sz["budget"])
-    seconds = time.perf_counter() - start
+    claims = attack_claims(budget)
     control = evaluate(claims["control"], val("oracle", "distinct"), val("random", "distinct"), seconds=seconds)
-    verdicts = {  # the three comparisons rest on the oracle control
+    return {
         "vs_random": evaluate(claims["vs_random"], val("banel", "distinct"), val("random", "distinct"), seconds=seconds,
                               control=control),
         "vs_novelty": evaluate(claims["vs_novelty"], val("banel", "distinct"), val("novelty", "distinct"),
@@ -324,4 +396,23 @@ def attack_experiment(prof: Profile | None = None, seeds: int | None = None) -> 
                                seconds=seconds, control=control),
         "control": control,
     }
-    return {"runs": runs, "base": base, "verdicts": verdicts, "sizes": sz, "seeds": seeds, "seconds": seconds}
+
+
+def attack_study_verdicts(results: Results) -> dict:
+    """:func:`attack_verdicts` on the attack grid's results (the grid's seconds only)."""
+    return attack_verdicts(attack_runs(results), results.study.sizes["budget"], results.wall_seconds)
+
+
+def attack_experiment(prof: Profile | None = None, seeds: int | None = None, **run_kw) -> dict:
+    """Every arm of the attack over ``seeds`` seeds (a seed fixes the sampling and fitting
+    randomness; target and attacker are the same), the base rate, and the claims' verdicts:
+    :func:`attack_studies` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`)."""
+    prof = prof or current_profile()
+    base_study, grid = attack_studies(prof, seeds)
+    base = run_study(base_study, **run_kw)
+    res = run_study(grid, **run_kw)
+    runs, seconds = attack_runs(res), base.wall_seconds + res.wall_seconds
+    sz = attack_sizes(prof)
+    return {"runs": runs, "base": base.metrics[(ATTACK_BASE, 0)], "verdicts": attack_verdicts(runs, sz["budget"], seconds),
+            "sizes": sz, "seeds": len(grid.seeds), "seconds": seconds}

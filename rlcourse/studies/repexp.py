@@ -6,7 +6,6 @@ task) is :mod:`rlcourse.methods.repexp`.
 """
 from __future__ import annotations
 
-import copy
 from typing import Sequence
 
 import numpy as np
@@ -15,7 +14,9 @@ import torch
 from ..methods.repexp import (PAPER, Divisor, elliptical_order, mean_response_hidden, planted_features,
                               random_pass_at_k, random_samples_to_first_correct, response_mode,
                               samples_to_first_correct, selected_pass_at_k, sparse_projection)
+from ..profiles import Profile
 from ..tasks import Example
+from .runner import Results, Study, run_study
 
 
 # ---------------------------------------------------------------------- the chapter's experiments
@@ -213,48 +214,137 @@ def diversity_eval(model, tok, examples: Sequence[Example], n: int, seed: int, k
             "accuracy": float(correct.mean())}
 
 
+RL_BASE = "base model"  # the one arm of the base model's study
+MODULES = ("rlcourse.methods.repexp", "rlcourse.train", "rlcourse.lm.sampling", "rlcourse.metrics")
+
+
+def rl_eval_prompts(prof, prompt_set: str) -> list[Example]:
+    """The held-out prompts the RL runs are scored on: ``"report"`` the reported ones, ``"choose"`` as
+    many others kept for choosing settings (:func:`rlcourse.tasks.held_out_splits`)."""
+    from ..tasks import held_out_splits
+    n_prompts = prof.pick(smoke=8, book=32)
+    return dict(zip(("report", "choose"), held_out_splits(Divisor(), n_prompts, n_prompts, seed=1)))[prompt_set]
+
+
+def _diversity_metrics(model, tok, sizes: dict, seed: int) -> dict:
+    """:func:`diversity_eval` on the study's held-out prompts, pass@k as a list in ``sizes["ks"]``'s order."""
+    evals = rl_eval_prompts(Profile(**sizes["profile"]), sizes["prompts"])
+    got = diversity_eval(model, tok, evals, 32, seed=seed, ks=sizes["ks"])
+    return {"passk": [got["passk"][k] for k in sizes["ks"]], "distinct": got["distinct"], "accuracy": got["accuracy"]}
+
+
+def run_rl_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """The base model's pass@k (``(len(ks),)``), distinct correct modes and sampled accuracy on the
+    held-out prompts (its only arm is :data:`RL_BASE`; the sampling seed is fixed, so ``seed`` only
+    names the cell)."""
+    from ..profiles import one_torch_thread
+    if arm != RL_BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(RL_BASE,)}")
+    with one_torch_thread():
+        model, tok = base_model(Profile(**sizes["profile"]))
+        return _diversity_metrics(model, tok, sizes, seed=99)
+
+
+def run_rl_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Train the base model with arm ``arm`` of :data:`RL_ARMS` from ``seed`` (:func:`rl_config`,
+    ``T`` steps) and score it on the held-out prompts, 32 samples each.
+
+    ========  ==============  ==============================================================
+    passk     ``(len(ks),)``  unbiased pass@k for each k of ``sizes["ks"]``
+    distinct  scalar          mean distinct correct modes per prompt
+    accuracy  scalar          sampled accuracy
+    curve     ``(T,)``        training reward per step (the task's reward, without the bonus)
+    ========  ==============  ==============================================================
+    """
+    from ..profiles import one_torch_thread
+    from ..train import Trainer
+    if arm not in RL_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {RL_ARMS}")
+    prof = Profile(**sizes["profile"])
+    with one_torch_thread():
+        model, tok = base_model(prof)
+        tr = Trainer(model, tok, Divisor.name, rl_config(prof, arm, seed, sizes["steps"], sizes["lr"]))
+        tr.train()
+        key = "repexp_task_reward" if arm != "GRPO" else "reward"
+        return {**_diversity_metrics(tr.model, tok, sizes, seed=100 + seed), "curve": [m[key] for m in tr.history]}
+
+
+def rl_sizes(prof, steps: int | None = None, lr: float = RL_LR, prompts: str = "report") -> dict:
+    """The RL studies' sizes: the profile, the budget and the held-out prompt set."""
+    if prompts not in ("report", "choose"):
+        raise ValueError(f"prompts must be 'report' or 'choose', got {prompts!r}")
+    return {"profile": prof.as_dict(), "steps": steps or prof.pick(smoke=3, book=RL_STEPS), "lr": lr,
+            "prompts": prompts, "ks": [1, 2, 4, 8, 16, 32]}
+
+
+def rl_base_study(prof, prompts: str = "report") -> Study:
+    """The base model's held-out measurements: one cell."""
+    return Study(name="repexp-rl-base", arms=(RL_BASE,), seeds=(0,), run=run_rl_base_cell,
+                 sizes={k: v for k, v in rl_sizes(prof, prompts=prompts).items() if k not in ("steps", "lr")},
+                 modules=MODULES)
+
+
+def rl_study(prof, first_seed: int = 0, arms: Sequence[str] = RL_ARMS, steps: int | None = None,
+             lr: float = RL_LR, prompts: str = "report") -> Study:
+    """Every arm of ``arms`` (which must include ``"GRPO"``) on the seeds ``first_seed, ...,
+    first_seed + prof.seeds - 1``."""
+    unknown = set(arms) - set(RL_ARMS)
+    if unknown or "GRPO" not in arms:
+        raise ValueError(f"arms must include 'GRPO' and come from {RL_ARMS}, got {tuple(arms)}")
+    sizes = rl_sizes(prof, steps, lr, prompts)
+    return Study(name="repexp-rl", arms=tuple(arms), seeds=tuple(range(first_seed, first_seed + prof.seeds)),
+                 run=run_rl_cell, sizes=sizes, verdicts=rl_study_verdicts, modules=MODULES)
+
+
+def rl_output(results: Results, base: dict | None = None) -> dict:
+    """The chapter's dict from an :func:`rl_study`'s results (``n`` seeds, ``T`` steps) and the base
+    model's cell (``base``, or ``None``).
+
+    ==========  =========  =====================================================
+    passk       ``(n,)``   ``passk[arm][k]``: held-out pass@k per seed
+    distinct    ``(n,)``   per arm: distinct correct modes per prompt
+    accuracy    ``(n,)``   per arm: sampled held-out accuracy
+    curves      ``(n,T)``  per arm: training reward per step
+    base        dict       the base model's ``passk`` (``{k: float}``), ``distinct``, ``accuracy``
+    seconds     float      wall seconds of the grid's cells
+    ==========  =========  =====================================================
+    """
+    study, sz = results.study, results.study.sizes
+    arms, ks = study.arms, sz["ks"]
+    out = {"arms": arms, "seeds": len(study.seeds), "first_seed": study.seeds[0], "ks": ks, "beta": BETA,
+           "prompt_set": sz["prompts"]}
+    if base is not None:
+        out["base"] = {**base, "passk": dict(zip(ks, base["passk"]))}
+    out["passk"] = {a: {k: np.array([p[i] for p in results.values(a, "passk")]) for i, k in enumerate(ks)}
+                    for a in arms}
+    out["distinct"] = {a: np.array(results.values(a, "distinct")) for a in arms}
+    out["accuracy"] = {a: np.array(results.values(a, "accuracy")) for a in arms}
+    out["curves"] = {a: np.array(results.values(a, "curve")) for a in arms}
+    out["steps"], out["lr"] = sz["steps"], sz["lr"]
+    out["eval_prompts"] = len(rl_eval_prompts(Profile(**sz["profile"]), sz["prompts"]))
+    out["seconds"] = results.wall_seconds
+    return out
+
+
+def rl_study_verdicts(results: Results) -> dict:
+    """:func:`rl_verdicts` on an :func:`rl_study`'s results (the grid's seconds only)."""
+    return rl_verdicts(rl_output(results))
+
+
 def run_rl(prof, first_seed: int = 0, arms: Sequence[str] = RL_ARMS, steps: int | None = None, lr: float = RL_LR,
-           prompts: str = "report") -> dict:
+           prompts: str = "report", **run_kw) -> dict:
     """Experiment 2: GRPO against GRPO + beta * bonus (and the planted control) from the same base
     model, ``prof.seeds`` seeds each (from ``first_seed``; the chapter's are 0, 1, 2, and other seeds are
     for choosing settings); then pass@k (k up to 32), distinct correct modes and sampled accuracy on
     held-out prompts, 32 samples each: ``prompts="report"`` the reported ones, ``"choose"`` as many
-    others kept for choosing settings (:func:`rlcourse.tasks.held_out_splits`)."""
-    import time
-    from ..profiles import one_torch_thread
-    from ..train import Trainer
-    t0 = time.perf_counter()
-    from ..tasks import held_out_splits
-    if prompts not in ("report", "choose"):
-        raise ValueError(f"prompts must be 'report' or 'choose', got {prompts!r}")
-    unknown = set(arms) - set(RL_ARMS)
-    if unknown or "GRPO" not in arms:
-        raise ValueError(f"arms must include 'GRPO' and come from {RL_ARMS}, got {tuple(arms)}")
-    arms = tuple(arms)
-    seeds = list(range(first_seed, first_seed + prof.seeds))
-    ks = [1, 2, 4, 8, 16, 32]
-    out = {"arms": arms, "seeds": len(seeds), "first_seed": first_seed, "ks": ks, "beta": BETA, "prompt_set": prompts}
-    with one_torch_thread():
-        model, tok = base_model(prof)
-        n_prompts = prof.pick(smoke=8, book=32)
-        evals = dict(zip(("report", "choose"), held_out_splits(Divisor(), n_prompts, n_prompts, seed=1)))[prompts]
-        out["base"] = diversity_eval(model, tok, evals, 32, seed=99, ks=ks)
-        res = {a: [] for a in arms}
-        curves = {a: [] for a in arms}
-        for a in arms:
-            for s in seeds:
-                cfg = rl_config(prof, a, s, steps, lr)
-                tr = Trainer(copy.deepcopy(model), tok, Divisor.name, cfg)
-                tr.train()
-                key = "repexp_task_reward" if a != "GRPO" else "reward"
-                curves[a].append([m[key] for m in tr.history])
-                res[a].append(diversity_eval(tr.model, tok, evals, 32, seed=100 + s, ks=ks))
-    out["passk"] = {a: {k: np.array([r["passk"][k] for r in res[a]]) for k in ks} for a in arms}
-    out["distinct"] = {a: np.array([r["distinct"] for r in res[a]]) for a in arms}
-    out["accuracy"] = {a: np.array([r["accuracy"] for r in res[a]]) for a in arms}
-    out["curves"] = {a: np.array(c) for a, c in curves.items()}
-    out["steps"], out["lr"], out["eval_prompts"] = cfg.steps, lr, len(evals)
-    out["seconds"] = time.perf_counter() - t0
+    others kept for choosing settings (:func:`rl_eval_prompts`). :func:`rl_study` and
+    :func:`rl_base_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`), as :func:`rl_output`'s dict (the base cell's seconds
+    count in ``seconds``)."""
+    study = rl_study(prof, first_seed, arms, steps, lr, prompts)  # checks the arms and prompts first
+    base = run_study(rl_base_study(prof, prompts), **run_kw)
+    out = rl_output(run_study(study, **run_kw), base.metrics[(RL_BASE, 0)])
+    out["seconds"] += base.wall_seconds
     return out
 
 

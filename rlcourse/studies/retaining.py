@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import torch
 
 from ..methods.retaining import (TwoModeSetting, mode_overlap, new_component, own_correct_samples, project,
                                  rl_gradient, sample_policy, sft_gradient)
+from ..profiles import Profile
 from ..tasks import Addition, Example, Sort, Task
+from .runner import Study, run_study
 
 
 # ---------------------------------------------------------------------- the two-Gaussian model
@@ -73,9 +75,34 @@ TOY_ARMS = {"SFT, lr 0.15": ("sft", 0.15), "SFT, lr 0.01": ("sft", 0.01), "RL, l
 SINGLE_ARMS = {"SFT, lr 0.05": ("sft", 0.05), "RL, lr 0.005": ("rl", 0.005)}
 
 
+TOY_MODULES = ("rlcourse.methods.retaining",)
+LM_MODULES = ("rlcourse.methods.retaining", "rlcourse.train", "rlcourse.supervised", "rlcourse.lm.sampling",
+              "rlcourse.lm.zoo")
+
+
+def run_toy_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`simulate` for arm ``arm`` of ``sizes["arms"]`` (``{name: [method, lr]}``) from ``seed`` in
+    the setting ``sizes["setting"]``: ``theta`` ``(iters+1, d)``, ``old`` and ``new`` ``(iters+1,)``."""
+    if arm not in sizes["arms"]:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(sizes['arms'])}")
+    setting = TwoModeSetting(**{**sizes["setting"], "init": tuple(sizes["setting"]["init"])})
+    method, lr = sizes["arms"][arm]
+    return {k: v.tolist() for k, v in simulate(setting, method, lr, seed=seed).items()}
+
+
+def toy_study(seeds: int, setting: TwoModeSetting = TwoModeSetting(), arms: dict = TOY_ARMS) -> Study:
+    """Every arm of ``arms`` (name -> (method, lr)) in ``setting`` on seeds ``0 .. seeds - 1``."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    sizes = {"setting": asdict(setting), "arms": {a: [m, lr] for a, (m, lr) in arms.items()}}
+    return Study(name="retaining-toy", arms=tuple(arms), seeds=tuple(range(seeds)), run=run_toy_cell, sizes=sizes,
+                 modules=TOY_MODULES)
+
+
 def toy_experiment(seeds: int, setting: TwoModeSetting = TwoModeSetting(), arms: dict = TOY_ARMS,
-                   gain: float = 0.9) -> dict:
-    """Every arm of ``arms`` (name -> (method, lr)) over ``seeds`` seeds.
+                   gain: float = 0.9, **run_kw) -> dict:
+    """Every arm of ``arms`` (name -> (method, lr)) over ``seeds`` seeds: :func:`toy_study` on the study
+    runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`).
 
     ============== ==================== ===================================================
     runs[arm]      list of dicts        :func:`simulate`'s output per seed
@@ -83,9 +110,8 @@ def toy_experiment(seeds: int, setting: TwoModeSetting = TwoModeSetting(), arms:
     reached[arm]   ``(seeds,)`` bool    whether the arm reached ``gain``
     ============== ==================== ===================================================
     """
-    if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
-    runs = {a: [simulate(setting, m, lr, seed=s) for s in range(seeds)] for a, (m, lr) in arms.items()}
+    res = run_study(toy_study(seeds, setting, arms), **run_kw)
+    runs = {a: [{k: np.asarray(v) for k, v in res.metrics[(a, s)].items()} for s in res.study.seeds] for a in arms}
     drop, reached = {}, {}
     for a, rs in runs.items():
         pairs = [drop_at_gain(r, gain) for r in rs]
@@ -174,9 +200,128 @@ SFT_ARMS = LM_ARMS[:3]  # labelled data (the SFT frontier)
 SELF_ARMS = LM_ARMS[3:5]  # own correct samples
 
 
-def run_lm_experiment(prof, arms: tuple = DEFAULT_ARMS, seeds: int | None = None) -> dict:
+LM_BASE = "base model"  # the one arm of the base model's study
+
+
+def lm_testbed(sizes: dict) -> dict:
+    """The :class:`SortThenAdd` base model of ``sizes["profile"]``, its tokenizer, the held-out
+    addition and sort prompts, ``evaluate(model)`` (greedy accuracy on each), the KL prompts, and
+    ``build_seconds`` (the seconds it took to load or build the base model)."""
+    from ..lm.zoo import greedy_accuracy, load_base_model
+
+    t0 = time.perf_counter()
+    add, srt = Addition(), Sort()
+    base, tok = load_base_model(SortThenAdd(), strength=sizes["strength"], prof=Profile(**sizes["profile"]),
+                                progress=False)
+    built = time.perf_counter() - t0
+    held = {"add": add.examples(sizes["n_eval"], seed=0, split="test"),
+            "sort": srt.examples(sizes["n_eval"], seed=0, split="test")}
+
+    def evaluate(model):
+        return {"add": greedy_accuracy(model, tok, add, held["add"], sizes["max_new"]),
+                "sort": greedy_accuracy(model, tok, srt, held["sort"], sizes["max_new"])}
+
+    kl_prompts = [e.prompt for e in add.examples(sizes["kl_prompts"], seed=1, split="test")]
+    return {"base": base, "tokenizer": tok, "held": held, "evaluate": evaluate, "kl_prompts": kl_prompts,
+            "build_seconds": built}
+
+
+def run_lm_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """The base model's greedy ``add`` and ``sort`` accuracies and its ``build_seconds`` (its only arm
+    is :data:`LM_BASE`; greedy decoding needs no seed, so ``seed`` only names the cell)."""
+    from ..profiles import one_torch_thread
+
+    if arm != LM_BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(LM_BASE,)}")
+    with one_torch_thread():
+        bed = lm_testbed(sizes)
+        return {**bed["evaluate"](bed["base"]), "build_seconds": bed["build_seconds"]}
+
+
+def run_lm_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Train the :class:`SortThenAdd` base model on addition with arm ``arm`` of :data:`LM_ARMS` from
+    ``seed`` (see :func:`run_lm_experiment`), evaluating at ``sizes["eval_at"]`` (``E`` steps).
+
+    ========  ========  ====================================================================
+    add       ``(E,)``  greedy held-out addition accuracy at each evaluation (0: the base)
+    sort      ``(E,)``  the same for sort
+    kl        scalar    :func:`sequence_kl` on addition prompts at the end
+    accept    scalar    self-SFT arms only: the acceptance rate of the seed's own samples
+    ========  ========  ====================================================================
+    """
+    from ..profiles import one_torch_thread
+    from ..train import RLConfig, Trainer
+
+    if arm not in LM_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {LM_ARMS}")
+    sz, eval_at, out = sizes, sizes["eval_at"], {}
+    add = Addition()
+    with one_torch_thread():
+        bed = lm_testbed(sz)
+        base, tok, evaluate = bed["base"], bed["tokenizer"], bed["evaluate"]
+        pool = add.examples(4000, seed=seed, split="train")
+        torch.manual_seed(seed)
+        model = copy.deepcopy(base)
+        if arm in SFT_ARMS + SELF_ARMS:
+            data = pool if arm == "SFT, own style" else external_labels(pool)
+            if arm in SELF_ARMS:  # the same draw for both learning rates of a seed
+                n = min(len(pool), sz["steps"] * sz["prompts"])  # GRPO's prompts: as many samples
+                try:
+                    data, out["accept"] = own_correct_samples(base, tok, add, pool[:n], sz["G"], sz["max_new"],
+                                                              torch.Generator().manual_seed(seed))
+                except ValueError:  # a base model that never adds right (smoke): no data
+                    data, out["accept"] = [], 0.0
+            lr = sz["lr_lo"] if arm.endswith("low lr") else sz["lr_hi"]
+            res = sft_run(model, tok, data, sz["steps"] if data else 0, sz["prompts"], lr, seed, eval_at, evaluate)
+            res += [res[-1]] * (len(eval_at) - len(res))  # untrained: the base model throughout
+        else:
+            raft = arm == "RAFT"
+            cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], steps=sz["steps"],
+                           max_completion_length=sz["max_new"], seed=seed, progress=False,
+                           learning_rate=sz["lr_lo"] if raft else sz["rl_lr"],
+                           advantage_estimator="self_sft" if raft else "grpo",
+                           policy_loss="pg" if raft else "vanilla",
+                           loss_type="seq-mean-token-mean" if raft else "dapo")
+            tr = Trainer(model, tok, add, cfg, train_examples=pool, eval_examples=bed["held"]["add"][:4])
+            res = [evaluate(base)]
+            for s in eval_at[1:]:
+                tr.train(steps=s)
+                res.append(evaluate(tr.model))
+        kl = sequence_kl(model, base, tok, bed["kl_prompts"], sz["max_new"],
+                         torch.Generator().manual_seed(10_000 + seed))
+    return {"add": [r["add"] for r in res], "sort": [r["sort"] for r in res], "kl": kl, **out}
+
+
+def lm_study_sizes(prof) -> dict:
+    """The sizes every LM cell reads: :func:`lm_sizes` (less the seeds), the profile and the
+    evaluation steps ``eval_at`` (every ``every`` steps, and the last)."""
+    sz = {k: v for k, v in lm_sizes(prof).items() if k != "seeds"}
+    eval_at = list(range(0, sz["steps"] + 1, sz["every"]))
+    if eval_at[-1] != sz["steps"]:
+        eval_at.append(sz["steps"])
+    return {**sz, "eval_at": eval_at, "profile": prof.as_dict()}
+
+
+def lm_base_study(prof) -> Study:
+    """The base model's accuracies: one cell."""
+    return Study(name="retaining-lm-base", arms=(LM_BASE,), seeds=(0,), run=run_lm_base_cell,
+                 sizes=lm_study_sizes(prof), modules=LM_MODULES)
+
+
+def lm_study(prof, arms: tuple = DEFAULT_ARMS, seeds: int | None = None) -> Study:
+    """Every arm of ``arms`` on seeds ``0 .. seeds - 1`` (default ``prof.seeds``)."""
+    unknown = set(arms) - set(LM_ARMS)
+    if unknown:
+        raise ValueError(f"unknown arms {sorted(unknown)}; choose from {LM_ARMS}")
+    return Study(name="retaining-lm", arms=tuple(arms), seeds=tuple(range(prof.seeds if seeds is None else seeds)),
+                 run=run_lm_cell, sizes=lm_study_sizes(prof), modules=LM_MODULES)
+
+
+def run_lm_experiment(prof, arms: tuple = DEFAULT_ARMS, seeds: int | None = None, **run_kw) -> dict:
     """Train the :class:`SortThenAdd` base model on addition alone with each arm, over ``prof.seeds``
-    seeds, and evaluate greedy held-out accuracy on addition (target) and sort (prior knowledge).
+    seeds, and evaluate greedy held-out accuracy on addition (target) and sort (prior knowledge):
+    :func:`lm_study` and :func:`lm_base_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`).
 
     Arms (equal budgets: the same steps and prompts per step; SFT and self-SFT also share the
     optimiser and learning rate): ``SFT, high lr`` / ``SFT, low lr`` on demonstrations written in
@@ -197,79 +342,16 @@ def run_lm_experiment(prof, arms: tuple = DEFAULT_ARMS, seeds: int | None = None
     accept         ``(N,)``                      self-SFT data's acceptance rate per seed
     ============== ============================= ===========================================
     """
-    from ..lm.zoo import greedy_accuracy, load_base_model
-    from ..profiles import one_torch_thread
-    from ..train import RLConfig, Trainer
-
-    unknown = set(arms) - set(LM_ARMS)
-    if unknown:
-        raise ValueError(f"unknown arms {sorted(unknown)}; choose from {LM_ARMS}")
-    sz = lm_sizes(prof)
-    if seeds is not None:
-        sz["seeds"] = seeds
-    t0 = time.perf_counter()
-    eval_at = list(range(0, sz["steps"] + 1, sz["every"]))
-    if eval_at[-1] != sz["steps"]:
-        eval_at.append(sz["steps"])
-    add, srt = Addition(), Sort()
-    with one_torch_thread():
-        base, tok = load_base_model(SortThenAdd(), strength=sz["strength"], prof=prof, progress=False)
-        built = time.perf_counter() - t0
-        held = {"add": add.examples(sz["n_eval"], seed=0, split="test"),
-                "sort": srt.examples(sz["n_eval"], seed=0, split="test")}
-
-        def evaluate(model):
-            return {"add": greedy_accuracy(model, tok, add, held["add"], sz["max_new"]),
-                    "sort": greedy_accuracy(model, tok, srt, held["sort"], sz["max_new"])}
-
-        base_acc = evaluate(base)
-        curves = {a: {"add": [], "sort": []} for a in arms}
-        kl = {a: [] for a in arms}
-        accept = []
-        kl_prompts = [e.prompt for e in add.examples(sz["kl_prompts"], seed=1, split="test")]
-        for seed in range(sz["seeds"]):
-            pool = add.examples(4000, seed=seed, split="train")
-            own = None
-            for arm in arms:
-                torch.manual_seed(seed)
-                model = copy.deepcopy(base)
-                if arm in SFT_ARMS + SELF_ARMS:
-                    data = pool if arm == "SFT, own style" else external_labels(pool)
-                    if arm in SELF_ARMS:
-                        if own is None:  # drawn once per seed, shared by both learning rates
-                            n = min(len(pool), sz["steps"] * sz["prompts"])  # GRPO's prompts: as many samples
-                            try:
-                                own, acc = own_correct_samples(base, tok, add, pool[:n], sz["G"], sz["max_new"],
-                                                               torch.Generator().manual_seed(seed))
-                            except ValueError:  # a base model that never adds right (smoke): no data
-                                own, acc = [], 0.0
-                            accept.append(acc)
-                        data = own
-                    lr = sz["lr_lo"] if arm.endswith("low lr") else sz["lr_hi"]
-                    res = sft_run(model, tok, data, sz["steps"] if data else 0, sz["prompts"], lr, seed,
-                                  eval_at, evaluate)
-                    res += [res[-1]] * (len(eval_at) - len(res))  # untrained: the base model throughout
-                else:
-                    raft = arm == "RAFT"
-                    cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], steps=sz["steps"],
-                                   max_completion_length=sz["max_new"], seed=seed, progress=False,
-                                   learning_rate=sz["lr_lo"] if raft else sz["rl_lr"],
-                                   advantage_estimator="self_sft" if raft else "grpo",
-                                   policy_loss="pg" if raft else "vanilla",
-                                   loss_type="seq-mean-token-mean" if raft else "dapo")
-                    tr = Trainer(model, tok, add, cfg, train_examples=pool, eval_examples=held["add"][:4])
-                    res = [base_acc]
-                    for s in eval_at[1:]:
-                        tr.train(steps=s)
-                        res.append(evaluate(tr.model))
-                for key in ("add", "sort"):
-                    curves[arm][key].append([r[key] for r in res])
-                kl[arm].append(sequence_kl(model, base, tok, kl_prompts, sz["max_new"],
-                                           torch.Generator().manual_seed(10_000 + seed)))
-    return {"steps": np.asarray(eval_at),
-            "curves": {a: {k: np.asarray(v, dtype=float) for k, v in c.items()} for a, c in curves.items()},
-            "kl": {a: np.asarray(v) for a, v in kl.items()}, "base": {**base_acc, "build_seconds": built},
-            "accept": np.asarray(accept), "sizes": sz, "seconds": time.perf_counter() - t0}
+    study = lm_study(prof, arms, seeds)
+    base = run_study(lm_base_study(prof), **run_kw)
+    res = run_study(study, **run_kw)
+    sz = {**lm_sizes(prof), "seeds": len(study.seeds)}
+    self_arms = [a for a in study.arms if a in SELF_ARMS]  # each holds its seed's acceptance rate
+    return {"steps": np.asarray(study.sizes["eval_at"]),
+            "curves": {a: {k: np.asarray(res.values(a, k), dtype=float) for k in ("add", "sort")} for a in study.arms},
+            "kl": {a: np.asarray(res.values(a, "kl")) for a in study.arms}, "base": base.metrics[(LM_BASE, 0)],
+            "accept": np.asarray(res.values(self_arms[0], "accept") if self_arms else []), "sizes": sz,
+            "seconds": base.wall_seconds + res.wall_seconds}
 
 
 def gain_and_drop(res: dict) -> dict:

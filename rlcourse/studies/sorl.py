@@ -6,7 +6,7 @@ ratios, the normaliser and the registered losses ``"turn_ppo"`` and ``"sorl"`` a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from ..methods.sorl import PAPER, level_log_ratio
 from ..ops import masked_mean
 from ..profiles import Profile, one_torch_thread
 from ..snapshots import push_lagged
+from .runner import Results, Study, run_study
 
 
 # ---------------------------------------------------------------------- the toy: a multi-turn code lock
@@ -173,26 +174,75 @@ def summarise(run: dict, tail: float = 0.2) -> dict:
             "grad_norm": float(run["grad_norm"].mean()), "grad_max": float(run["grad_norm"].max())}
 
 
-def run_staleness_experiment(P: Profile, stalenesses=None, arms=None, seeds: int | None = None,
-                             cfg: LockConfig | None = None) -> dict:
-    """Every arm at every staleness over ``P.toy_seeds`` seeds. Returns ``curves[(arm, L)]``
-    ``(seeds, steps)`` expected returns and ``summary[(arm, L)][name]`` ``(seeds,)`` arrays of
-    :func:`summarise`'s fields, and ``seconds``."""
+MODULES = ("rlcourse.methods.sorl", "rlcourse.losses", "rlcourse.snapshots", "rlcourse.ops")
+
+
+def lock_arm(arm: str, staleness: int, lr: float | None = None) -> str:
+    """The name of the grid's arm that trains ``arm`` of :data:`ARMS` at ``staleness`` (and, in the
+    learning-rate sweep, at SGD learning rate ``lr``)."""
+    return f"{arm} @ L={staleness}" + ("" if lr is None else f", lr={lr!r}")
+
+
+def run_lock_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`train_stale_lock` for arm ``arm`` of ``sizes["arms"]`` (``{name: [loss arm, staleness,
+    lr]}``) from ``seed``, with ``sizes["config"]`` at that lr (``T`` steps).
+
+    ======================  ========  ==========================================
+    reward                  ``(T,)``  exact expected return after each step
+    clipfrac, grad_norm     ``(T,)``  as :func:`train_stale_lock` returns them
+    summary                 dict      :func:`summarise`'s scalars
+    ======================  ========  ==========================================
+    """
+    if arm not in sizes["arms"]:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(sizes['arms'])}")
+    loss_arm, staleness, lr = sizes["arms"][arm]
+    with one_torch_thread():
+        run = train_stale_lock(loss_arm, staleness, LockConfig(**{**sizes["config"], "lr": lr}), seed)
+    return {**{k: v.tolist() for k, v in run.items()}, "summary": summarise(run)}
+
+
+def staleness_study(P: Profile, stalenesses=None, arms=None, seeds: int | None = None,
+                    cfg: LockConfig | None = None) -> Study:
+    """Every arm of ``arms`` (default :data:`ARMS`) at every staleness (default: the profile's) on
+    seeds ``0 .. seeds - 1`` (default ``P.toy_seeds``), each arm at every staleness one arm of the grid
+    (:func:`lock_arm`); only the default arms get :func:`study_verdicts`."""
     cfg = cfg or LockConfig(steps=P.pick(smoke=20, book=100))
     stalenesses = tuple(stalenesses or P.pick(smoke=(0, 4), book=(0, 4, 8)))
-    arms = tuple(arms or ARMS)
-    n = seeds or P.toy_seeds
-    start = time.perf_counter()
-    curves, summary = {}, {}
-    with one_torch_thread():
-        for arm in arms:
-            for L in stalenesses:
-                runs = [train_stale_lock(arm, L, cfg, seed) for seed in range(n)]
-                curves[(arm, L)] = np.stack([r["reward"] for r in runs])
-                sums = [summarise(r) for r in runs]
-                summary[(arm, L)] = {key: np.array([s[key] for s in sums]) for key in sums[0]}
-    return {"config": cfg, "stalenesses": stalenesses, "arms": arms, "seeds": n, "curves": curves,
-            "summary": summary, "seconds": time.perf_counter() - start}
+    table = {lock_arm(a, L): [a, L, cfg.lr] for a in tuple(arms or ARMS) for L in stalenesses}
+    return Study(name="sorl-staleness", arms=tuple(table), seeds=tuple(range(seeds or P.toy_seeds)),
+                 run=run_lock_cell, sizes={"config": asdict(cfg), "arms": table},
+                 verdicts=study_verdicts if arms is None else None, modules=MODULES)
+
+
+def staleness_output(results: Results) -> dict:
+    """The chapter's dict from a :func:`staleness_study`'s results (``n`` seeds, ``T`` steps).
+
+    ===================  =========  ================================================
+    curves[(arm, L)]     ``(n,T)``  expected returns
+    summary[(arm, L)]    ``(n,)``   per field of :func:`summarise`
+    config, ...          ...        the :class:`LockConfig`, stalenesses, arms, ``n``
+    seconds              float      wall seconds of the grid's cells
+    ===================  =========  ================================================
+    """
+    study = results.study
+    grid = {tuple(study.sizes["arms"][name][:2]): name for name in study.arms}
+    curves = {key: np.array(results.values(name, "reward")) for key, name in grid.items()}
+    summary = {}
+    for key, name in grid.items():
+        sums = results.values(name, "summary")
+        summary[key] = {k: np.array([s[k] for s in sums]) for k in sums[0]}
+    return {"config": LockConfig(**study.sizes["config"]), "stalenesses": tuple(dict.fromkeys(L for _, L in grid)),
+            "arms": tuple(dict.fromkeys(a for a, _ in grid)), "seeds": len(study.seeds), "curves": curves,
+            "summary": summary, "seconds": results.wall_seconds}
+
+
+def run_staleness_experiment(P: Profile, stalenesses=None, arms=None, seeds: int | None = None,
+                             cfg: LockConfig | None = None, **run_kw) -> dict:
+    """Every arm at every staleness over ``P.toy_seeds`` seeds: :func:`staleness_study` on the study
+    runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`), as :func:`staleness_output`'s
+    dict: ``curves[(arm, L)]`` ``(seeds, steps)`` expected returns and ``summary[(arm, L)][name]``
+    ``(seeds,)`` arrays of :func:`summarise`'s fields, and ``seconds``."""
+    return staleness_output(run_study(staleness_study(P, stalenesses, arms, seeds, cfg), **run_kw))
 
 
 # ---------------------------------------------------------------------- the claims
@@ -288,28 +338,42 @@ def staleness_verdicts(out: dict) -> dict[str, Verdict]:
     return v
 
 
+def study_verdicts(results: Results) -> dict[str, Verdict]:
+    """:func:`staleness_verdicts` on a :func:`staleness_study`'s results (the grid's seconds only)."""
+    return staleness_verdicts(staleness_output(results))
+
+
 TUNING_SEEDS = (100, 101, 102)  # the learning-rate sweep's seeds, disjoint from the reported 0, 1, ...
 
 
-def run_learning_rate_sweep(P: Profile, lrs=(30.0, 100.0, 300.0), staleness: int | None = None,
-                            seeds: int | None = None) -> dict:
-    """Final return of token-level GRPO and SO-GRPO at staleness 0 and ``staleness`` for several SGD
-    learning rates (fewer steps than the main run), on :data:`TUNING_SEEDS` (disjoint from the reported
-    seeds): where does staleness hurt at all?"""
+def learning_rate_study(P: Profile, lrs=(30.0, 100.0, 300.0), staleness: int | None = None,
+                        seeds: int | None = None) -> Study:
+    """Token-level GRPO and SO-GRPO at staleness 0 and ``staleness`` (default: the profile's) at each
+    SGD learning rate of ``lrs``, on the first ``seeds`` of :data:`TUNING_SEEDS`, fewer steps than the
+    main run."""
     L = staleness if staleness is not None else P.pick(smoke=4, book=8)
     n = seeds or P.pick(smoke=1, book=3)
     if n > len(TUNING_SEEDS):
         raise ValueError(f"the sweep has {len(TUNING_SEEDS)} tuning seeds, asked for {n}")
-    steps = P.pick(smoke=10, book=60)
-    out = {}
-    with one_torch_thread():
-        for lr in lrs:
-            cfg = LockConfig(steps=steps, lr=lr)
-            for arm in (TOKEN, SO):
-                for lag in (0, L):
-                    out[(lr, arm, lag)] = float(np.mean([summarise(train_stale_lock(arm, lag, cfg, s))["final"]
-                                                         for s in TUNING_SEEDS[:n]]))
-    return {"lrs": tuple(lrs), "staleness": L, "seeds": n, "steps": steps, "final": out}
+    cfg = LockConfig(steps=P.pick(smoke=10, book=60))
+    table = {lock_arm(arm, lag, lr): [arm, lag, lr] for lr in lrs for arm in (TOKEN, SO) for lag in (0, L)}
+    return Study(name="sorl-lr-sweep", arms=tuple(table), seeds=TUNING_SEEDS[:n], run=run_lock_cell,
+                 sizes={"config": asdict(cfg), "arms": table, "lrs": list(lrs), "staleness": L}, modules=MODULES)
+
+
+def run_learning_rate_sweep(P: Profile, lrs=(30.0, 100.0, 300.0), staleness: int | None = None,
+                            seeds: int | None = None, **run_kw) -> dict:
+    """Final return of token-level GRPO and SO-GRPO at staleness 0 and ``staleness`` for several SGD
+    learning rates (fewer steps than the main run), on :data:`TUNING_SEEDS` (disjoint from the reported
+    seeds): where does staleness hurt at all? :func:`learning_rate_study` on the study runner
+    (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`); ``final[(lr, arm, L)]`` is the
+    mean over seeds of :func:`summarise`'s ``final``."""
+    res = run_study(learning_rate_study(P, lrs, staleness, seeds), **run_kw)
+    sz = res.study.sizes
+    final = {(lr, arm, lag): float(np.mean([s["final"] for s in res.values(name, "summary")]))
+             for name, (arm, lag, lr) in sz["arms"].items()}
+    return {"lrs": tuple(lrs), "staleness": sz["staleness"], "seeds": len(res.study.seeds),
+            "steps": sz["config"]["steps"], "final": final}
 
 
 # ---------------------------------------------------------------------- the tiny LM on the text FrozenLake
