@@ -136,7 +136,7 @@ def lm_claims(budget: int, gain: float) -> dict:
     metric = "fresh rollouts until held-out greedy accuracy (mean over the 4 levels) first reaches the target (the budget if never)"
     src = "ours: the survey's data-centric branch (pruning/selection, synthesis) [secondary summary], tested here"
     common = dict(paper=PAPER, setting=setting, source=src)
-    out = {"control": Claim(key="data_scarcity/lm-uniform-learns", statement="positive control: at this budget "
+    out = {"control": Claim(key="data_scarcity/lm-uniform-learns", role="positive control", statement="at this budget "
                             "uniform GRPO raises held-out greedy accuracy above the base model's", method="uniform",
                             baseline="base", kind="greater", margin=0.0, metric="held-out greedy accuracy at the budget",
                             unit="{:.3f}", **common)}
