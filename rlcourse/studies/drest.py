@@ -82,7 +82,7 @@ def experiment_output(results: Results) -> dict:
 
 def run_drest_experiment(prof: Profile, **run_kw) -> dict:
     """The chapter's experiment: :func:`drest_study` on the study runner (``run_kw`` go to
-    :func:`rlcourse.studies.run_study`), as :func:`experiment_output`'s dict."""
+    :func:`~rlcourse.studies.runner.run_study`), as :func:`experiment_output`'s dict."""
     return experiment_output(run_study(drest_study(prof), **run_kw))
 
 

@@ -2,7 +2,7 @@
 a sweep of the age decay ``tau``, and the registered ``"replay"`` sampler in the language-model loop;
 then the paper's claims and their verdicts on the grids.
 
-The lake's arms are the names of an arm table (default :data:`rlcourse.methods.freshper.ARMS`), whose
+The lake's arms are the names of an arm table (default ``rlcourse.methods.freshper.ARMS``), whose
 entries travel in the study's sizes with the :class:`~rlcourse.methods.freshper.LakeConfig`; the seeds
 are the maps ``0 .. n-1`` (the profile's ``toy_seeds``). One cell trains one policy on one map from its
 own seeded generator (:func:`run_cell`), so a cell's numbers do not depend on which cells ran before it.
@@ -63,7 +63,7 @@ def run_cell(arm: str, seed: int, sizes: dict) -> dict:
 
 def lake_study(P: Profile, arms: dict | None = None, cfg: LakeConfig | None = None, seeds: int | None = None,
                name: str = "freshper-lake") -> Study:
-    """The lake's grid: every arm of ``arms`` (default :data:`~rlcourse.methods.freshper.ARMS`) on maps
+    """The lake's grid: every arm of ``arms`` (default ``rlcourse.methods.freshper.ARMS``) on maps
     ``0 .. n-1`` (``n`` = ``seeds`` or ``P.toy_seeds``), with ``cfg`` (default: the profile's steps)."""
     cfg = cfg or LakeConfig(steps=P.pick(smoke=30, book=150))
     arms = arms or ARMS
@@ -111,7 +111,7 @@ def lake_output(results: Results) -> dict:
 def run_lake_experiment(P: Profile, arms: dict | None = None, cfg: LakeConfig | None = None,
                         seeds: int | None = None, **run_kw) -> dict:
     """Every arm on maps ``0 .. n-1``: :func:`lake_study` on the study runner (``run_kw`` go to
-    :func:`rlcourse.studies.run_study`), as :func:`lake_output`'s dict."""
+    :func:`~rlcourse.studies.runner.run_study`), as :func:`lake_output`'s dict."""
     return lake_output(run_study(lake_study(P, arms, cfg, seeds), **run_kw))
 
 

@@ -1,7 +1,7 @@
 """The JigsawRL chapter's study: the four schedulers of :mod:`rlcourse.systems` against the tail weight
 of rollout lengths, and the paper's claims.
 
-The arms are the schedulers (:data:`rlcourse.systems.SCHEDULERS`), the seeds the profile's
+The arms are the schedulers (``rlcourse.systems.SCHEDULERS``), the seeds the profile's
 ``toy_seeds``. A cell simulates one scheduler on one seed's draws of rollout lengths at every tail
 weight ``sigma`` and for every number of pipelines (:func:`run_cell`); its standard-normal draws come
 from ``default_rng([base_seed, seed])``, so every scheduler of a seed sees the same lengths (common
@@ -152,7 +152,7 @@ def sweep_from_results(results: Results) -> dict:
 def run_jigsaw_experiment(prof: Profile | None = None, seed: int = 0, costs: StageCosts | None = None,
                           **run_kw) -> dict:
     """Throughput of the four schedulers against the tail weight ``sigma`` of rollout lengths:
-    :func:`jigsaw_study` on the study runner (``run_kw`` go to :func:`rlcourse.studies.run_study`), as
+    :func:`jigsaw_study` on the study runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`), as
     :func:`sweep_from_results`'s arrays. A second sweep varies the number of pipelines ``P`` at
     ``sigma = sigma_p``. Pass the costs of :func:`rlcourse.systems.measure_stage_costs` to use measured ones."""
     return sweep_from_results(run_study(jigsaw_study(prof, seed, costs), **run_kw))

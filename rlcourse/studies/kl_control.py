@@ -1,6 +1,6 @@
 """The KL-control chapter's bandit study: KL-regularised REINFORCE
 (:func:`rlcourse.bandits.kl.train_kl_bandit`) on :func:`~rlcourse.bandits.kl.kl_bandit` with every
-placement of the KL term (:data:`~rlcourse.bandits.kl.KL_PLACEMENTS`) at several ``beta``, compared with
+placement of the KL term (``rlcourse.bandits.kl.KL_PLACEMENTS``) at several ``beta``, compared with
 the closed-form optimum :math:`\\pi^*_\\beta \\propto \\pi_{\\text{ref}} e^{\\bar r/\\beta}`, the
 maximiser of :math:`J - \\beta\\,\\mathrm{KL}(\\pi_{\\text{ref}}\\,\\|\\,\\pi)` and the fixed point of
 k3-in-the-loss's clamped expected update; with the claims :data:`KL_CLAIMS` and their verdicts.

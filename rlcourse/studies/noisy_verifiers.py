@@ -184,7 +184,7 @@ def run_noisy_bandit(prof: Profile) -> dict:
 
 
 def bandit_verdicts(b: dict) -> dict[str, Verdict]:
-    """The bandit claims of :data:`~rlcourse.methods.noisy_runs.CLAIMS`, evaluated on
+    """The bandit claims of ``rlcourse.methods.noisy_runs.CLAIMS``, evaluated on
     :func:`run_noisy_bandit`'s output (or :func:`summarise`'s)."""
     L, s = b["late_acc"], b["seconds"]
     clean = L[("adam", "sample", 0.0)]

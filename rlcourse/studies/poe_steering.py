@@ -192,7 +192,7 @@ def run_poe_experiment(prof: Profile | None = None, workdir: str | None = None, 
 
 
 def run_balance_cell(arm: str, seed: int, sizes: dict) -> dict:
-    """One seed of the balance experiment on :data:`~rlcourse.control.mujoco_cells.BALANCE_ENV` (its
+    """One seed of the balance experiment on ``rlcourse.control.mujoco_cells.BALANCE_ENV`` (its
     only arm): build the expert, medium and random data sets and the good prior's (D4RL layout,
     written to HDF5 and read back), clone an actor from each, and evaluate, on the same start states,
     every rule for every actor and prior, plus the LQR expert and the random policy that normalise the
@@ -372,7 +372,7 @@ CLAIMS = {
 
 def poe_verdicts(res: dict, balance: dict | None = None) -> dict[str, Verdict]:
     """The verdicts of :data:`CLAIMS` on a :func:`run_poe_experiment` result (and, for the ``idp_*``
-    claims, a :func:`rlcourse.control.mujoco_cells.run_balance_cells` result), paired by seed."""
+    claims, a :func:`run_balance_cells` result), paired by seed."""
     c = res["cells"]
     ps = lambda cell, rule: np.asarray(c[cell]["per_seed"][rule])  # noqa: E731
     mean_of = lambda cells, rule: np.mean([ps(x, rule) for x in cells], axis=0)  # noqa: E731

@@ -142,7 +142,7 @@ def run_reward_model_experiment(prof: Profile | None = None, **run_kw) -> dict:
     """Train a Bradley-Terry reward model on synthetic preferences over the addition base model's
     samples, then run best-of-N by the learned reward against the true reward, for several seeds:
     :func:`rm_study` on the study runner (``prof`` by default the current one; ``run_kw`` go to
-    :func:`rlcourse.studies.run_study`), as
+    :func:`~rlcourse.studies.runner.run_study`), as
     :func:`experiment_output`'s dict. Per seed (arrays stacked over seeds): ``rm_loss`` (training
     curve), ``pair_acc`` (held-out pair accuracy), ``label_agreement`` (how often the noisy labels
     agreed with the true reward), the best-of-N curves ``proxy`` (in true-reward units: score / beta),

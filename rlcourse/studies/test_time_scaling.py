@@ -157,7 +157,7 @@ def run_test_time_experiment(prof: Profile | None = None, **run_kw) -> dict:
     """pass@k, maj@k and best-of-k for k = 1..n of the addition base model and of the same model after
     a short GRPO run (lr 1e-4), one GRPO run per seed, all on the same held-out prompts:
     :func:`tts_study` on the study runner (``prof`` by default the current one; ``run_kw`` go to
-    :func:`rlcourse.studies.run_study`), as
+    :func:`~rlcourse.studies.runner.run_study`), as
     :func:`experiment_output`'s dict (with the base model's :func:`base_reference`)."""
     return experiment_output(run_study(tts_study(prof or current_profile()), **run_kw))
 

@@ -143,7 +143,7 @@ def run_soup_experiment(prof: Profile, **run_kw) -> dict:
     """GRPO, sequence-level mixing and Thinking Seeds from the same ``addition`` base model, same
     optimiser, learning rate, steps and prompts, over paired seeds; after training, pass@k on
     held-out prompts (``n`` samples each, temperature 1) and the training curves: :func:`soup_study`
-    on the study runner (``run_kw`` go to :func:`rlcourse.studies.run_study`), as
+    on the study runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`), as
     :func:`experiment_output`'s dict."""
     study = soup_study(prof)
     t0 = time.perf_counter()
