@@ -1,8 +1,9 @@
 """The R2PO chapter's claims, in the book profile (slow: `pytest -m claims`).
 
-The same experiment function, with the same arguments, as book/r2po.md: `run_lm_experiment` at the
-profile's defaults (GRPO, R2PO with the released ratio, R2PO with the corrected ratio; P.seeds paired
-seeds), decided by `lm_verdicts` on Student-t intervals.
+The same experiment functions, with the same arguments, as book/r2po.md: the head's learning rate chosen
+by `choose_head_lr` on `head_lr_sweep` (seeds 10-12, choosing prompts), then `run_lm_experiment` at that
+rate (GRPO, R2PO with the released ratio, R2PO with the corrected ratio; P.seeds paired seeds), decided
+by `lm_verdicts` on Student-t intervals.
 
 What is asserted follows from the claims and the mechanism, not from a run's numbers:
 - the mechanism itself: the head moves the training rollouts away from the policy (the sampled
@@ -72,7 +73,10 @@ def P():
 
 @pytest.fixture(scope="module")
 def run(P):
-    out = r2po.run_lm_experiment(P)
+    # as the chapter: the head's learning rate by its rule on the choosing seeds, before the reported run
+    sweep = r2po.head_lr_sweep(P)
+    head_lr = r2po.choose_head_lr(sweep) or min(sweep)
+    out = r2po.run_lm_experiment(P, head_lr=head_lr)
     return out, r2po.lm_verdicts(out)
 
 
