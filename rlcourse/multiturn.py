@@ -29,8 +29,6 @@ FrozenLake: another environment needs its own (small) sampler around :func:`play
 """
 from __future__ import annotations
 
-import copy
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -38,6 +36,7 @@ import numpy as np
 import torch
 
 from .envs.frozenlake import TextFrozenLake
+from .lagged import behaviour_policy, trainable_weights
 from .lm.sampling import RolloutBatch, encode_prompts, sample
 from .rollout import register_sampler
 from .snapshots import push_lagged
@@ -237,27 +236,24 @@ class FrozenLakeTask(Task):
 register_task("frozenlake")(FrozenLakeTask)
 
 STATE_KEY = "multiturn"
-_SCRATCH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> a copy to load old weights into
 
 
 def lagged_policy(model, state: dict, lag: int):
-    """The policy ``lag`` calls ago (the current one for ``lag = 0``). The weights of the last
-    ``lag + 1`` calls are kept in ``state["multiturn"]["weights"]`` (by :func:`~rlcourse.snapshots.push_lagged`;
-    CPU tensors, so a checkpoint holds
-    them and a resumed run samples with the same behaviour policy); the oldest is loaded into a
-    scratch copy of ``model``. Before ``lag`` calls have been made, the oldest kept weights serve."""
-    if lag < 0:
-        raise ValueError(f"lag must be >= 0, got {lag}")
+    """The policy ``lag`` calls ago (the current one for ``lag = 0``), by the same snapshots as the
+    single-turn ``"lagged"`` sampler: the :func:`~rlcourse.lagged.trainable_weights` of the last
+    ``lag + 1`` calls are kept in ``state["multiturn"]["weights"]`` (by
+    :func:`~rlcourse.snapshots.push_lagged`; CPU tensors, so a checkpoint holds them and a resumed run
+    samples with the same behaviour policy), and the oldest is loaded into the scratch copy of
+    :func:`~rlcourse.lagged.behaviour_policy`. Before ``lag`` calls have been made, the oldest kept
+    weights serve."""
+    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0:
+        raise ValueError(f"lag must be an integer >= 0, got {lag!r}")
     memo = state.setdefault(STATE_KEY, {})
     if lag == 0:
         memo.pop("weights", None)
         return model
-    oldest = push_lagged(memo.setdefault("weights", []), model, lag)
-    scratch = _SCRATCH.get(model)
-    if scratch is None:
-        scratch = _SCRATCH[model] = copy.deepcopy(model).eval().requires_grad_(False)
-    scratch.load_state_dict(oldest)
-    return scratch
+    oldest = push_lagged(memo.setdefault("weights", []), trainable_weights(model), lag)
+    return behaviour_policy(model, oldest)
 
 
 @register_sampler("multiturn")

@@ -206,7 +206,9 @@ def test_lagged_behaviour_logprobs_and_exact_resume(tiny, tmp_path):
     assert len(kept) == 3  # lag + 1 snapshots
     # the behaviour log-probs of the next batch are those of the policy two updates old
     old = copy.deepcopy(model)
-    old.load_state_dict(kept[1])  # after the next call appends, kept[1] becomes the oldest
+    # after the next call appends, kept[1] becomes the oldest; a snapshot holds the trained parameters
+    # (a tied output matrix once, under its first name)
+    assert not old.load_state_dict(kept[1], strict=False).unexpected_keys
     batch = multiturn_sampler(full.model, tok, [train[0].prompt], full.config, torch.Generator().manual_seed(1),
                               copy.deepcopy(full.state), [train[0]], lag=2)
     with torch.no_grad():
