@@ -3,9 +3,11 @@ closed-form ratio and the small-head KL; the rarity advantage on hand examples a
 number of distinct outcomes); E[K] by Monte Carlo and its maximum at the uniform; the bandit's exact
 gradients (corrected = true, the released update can lower J); the corrected loss is unbiased by
 Monte Carlo; the sampler (GRPO's rollouts when the head never trains, behaviour log-probs,
-LM untouched by the head's stage, refusals) and exact resume in the Trainer."""
+LM untouched by the head's stage, refusals), exact resume in the Trainer, and the LM study's cells
+standing alone."""
 import copy
 import math
+import re
 
 import numpy as np
 import pytest
@@ -343,3 +345,24 @@ def test_head_lr_sweep_runs_on_choosing_seeds_and_prompts():
         head_lr_sweep(P, seeds=(1, 2, 3))
     with pytest.raises(ValueError, match="prompts"):
         run_lm_experiment(P, prompts="test")
+
+
+def test_studies_cells_stand_alone():
+    """A later cell of the grid, run with the others, equals the same cell run alone (the trainer's
+    wall-clock timings aside); a bad arm is refused with the arms named."""
+    from rlcourse.studies import r2po
+    from rlcourse.studies.runner import run_study
+
+    def untimed(m):
+        return {k: v for k, v in m.items() if not (k.startswith("history/time_") or k.endswith("_seconds"))}
+
+    study = r2po.lm_study(rlcourse.profile("smoke"), seeds=2)
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert seed == 1 and arm == "R2PO (corrected ratio)"
+    assert untimed(res.metrics[(arm, seed)]) == untimed(r2po.run_lm_cell(arm, seed, dict(study.sizes)))
+    assert r2po.lm_cell_result(res.metrics[(arm, seed)])["late_kl"] == res.metrics[(arm, seed)]["late_kl"]
+    with pytest.raises(ValueError, match=f"the arms are .*{re.escape(repr(arm))}"):
+        r2po.run_lm_cell("no such arm", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        r2po.run_lm_base_cell("GRPO", 0, dict(r2po.lm_base_study(rlcourse.profile("smoke")).sizes))

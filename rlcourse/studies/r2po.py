@@ -5,8 +5,6 @@ loss and reward are in :mod:`rlcourse.methods.r2po`).
 from __future__ import annotations
 
 import contextlib
-import copy
-import time
 
 import numpy as np
 import torch
@@ -15,6 +13,7 @@ from ..claims import Claim, Verdict, evaluate
 from ..metrics import mean_pass_at_k
 from ..methods.r2po import PAPER, RolloutHead, bandit_gradients, distinct_per_group, head_from_state, head_on
 from ..profiles import Profile, one_torch_thread
+from .runner import Study, run_study
 
 
 # ---------------------------------------------------------------------- closed form: a bandit
@@ -106,18 +105,19 @@ def choose_head_lr(sweep: dict, kl_max: float = HEAD_KL_MAX):
     return max(ok) if ok else None
 
 
-def head_lr_sweep(P: Profile, head_lrs=HEAD_LR_GRID, seeds=CHOOSE_SEEDS) -> dict:
+def head_lr_sweep(P: Profile, head_lrs=HEAD_LR_GRID, seeds=CHOOSE_SEEDS, **run_kw) -> dict:
     """Run the released R2PO arm at each head learning rate on the choosing ``seeds``, evaluated on the
     choosing prompts (disjoint from the reported ones), and return ``{lr: (seeds,) end-of-run KL}`` for
-    :func:`choose_head_lr`."""
+    :func:`choose_head_lr`: one :func:`lm_study` per rate on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`)."""
     seeds = list(seeds)
     if seeds != list(range(seeds[0], seeds[0] + len(seeds))) or set(seeds) & {0, 1, 2}:
         raise ValueError(f"choosing seeds must be consecutive and disjoint from the chapter's 0, 1, 2, got {seeds}")
-    arm = {"R2PO (released ratio)": ARMS["R2PO (released ratio)"]}
+    arm = "R2PO (released ratio)"
     out = {}
     for lr in head_lrs:
-        run = run_lm_experiment(P, seeds=len(seeds), first_seed=seeds[0], head_lr=lr, arms=arm, prompts="choose")
-        out[lr] = np.array([late_kl(r["history"]) for r in run["arms"]["R2PO (released ratio)"]])
+        study = lm_study(P, seeds=len(seeds), first_seed=seeds[0], head_lr=lr, arms={arm: ARMS[arm]}, prompts="choose")
+        out[lr] = np.array(run_study(study, **run_kw).values(arm, "late_kl"))
     return out
 
 
@@ -127,60 +127,156 @@ def head_lr_sweep(P: Profile, head_lrs=HEAD_LR_GRID, seeds=CHOOSE_SEEDS) -> dict
 # was scored on the reported held-out prompts (the choosing split, prompts="choose", came later); a re-run of it
 # would be run_lm_experiment(P, first_seed=10, arms={"GRPO": ARMS["GRPO"]}, steps=..., lr=..., prompts="choose")
 LM_STEPS, LM_LR = 80, 3e-5
+LM_BASE = "base model"  # the one arm of the base model's study
+LM_MODULES = ("rlcourse.methods.r2po", "rlcourse.train", "rlcourse.losses", "rlcourse.lm.sampling", "rlcourse.lm.zoo")
+
+
+def lm_sizes(P: Profile, steps: int | None = None, lr: float = LM_LR, head_lr: float = 1e-2,
+             arms: dict | None = None, prompts: str = "report") -> dict:
+    """The sizes every LM cell reads (JSON-serialisable; the study's cache key).
+
+    =================  ==============================================================
+    profile            the profile's fields (it sizes the base model)
+    prompt_set         ``"report"`` or ``"choose"``: which held-out prompts to evaluate on
+    n_prompts          held-out prompts per set
+    n_eval             samples per prompt in :func:`rollout_stats`
+    steps, lr, G       policy steps, learning rate, samples per prompt
+    prompts_per_step   prompts per policy step
+    head_lr            the rollout head's learning rate
+    arms               ``{arm: RLConfig keyword arguments}`` (default ``ARMS``)
+    =================  ==============================================================
+    """
+    if prompts not in ("report", "choose"):
+        raise ValueError(f"prompts must be 'report' or 'choose', got {prompts!r}")
+    return {"profile": P.as_dict(), "prompt_set": prompts, "n_prompts": P.pick(smoke=8, book=48),
+            "n_eval": P.pick(smoke=4, book=8), "steps": steps or P.pick(smoke=2, book=LM_STEPS), "lr": lr,
+            "G": P.pick(smoke=4, book=8), "prompts_per_step": P.pick(smoke=2, book=8), "head_lr": head_lr,
+            "arms": arms or ARMS}
+
+
+def lm_testbed(sizes: dict) -> tuple:
+    """``(task, model, tokenizer, examples)``: the addition task, the base model of ``sizes["profile"]``
+    (loaded afresh from the model cache) and the held-out prompts of ``sizes["prompt_set"]``."""
+    from ..lm import load_base_model
+    from ..tasks import get_task, held_out_splits
+
+    task = get_task("addition")
+    model, tok = load_base_model("addition", "medium", prof=Profile(**sizes["profile"]), progress=False)
+    n = sizes["n_prompts"]
+    ex = dict(zip(("report", "choose"), held_out_splits(task, n, n, seed=4321)))[sizes["prompt_set"]]
+    return task, model, tok, ex
+
+
+def run_lm_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """The base model's :func:`rollout_stats` (sampled with seed 0) and its ``greedy`` accuracy on the
+    held-out prompts (its only arm is ``LM_BASE``; ``seed`` only names the cell)."""
+    from ..lm.zoo import greedy_accuracy
+
+    if arm != LM_BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(LM_BASE,)}")
+    with one_torch_thread():
+        task, model, tok, ex = lm_testbed(sizes)
+        out = rollout_stats(model, tok, task, ex, sizes["n_eval"])
+        out["greedy"] = greedy_accuracy(model, tok, task, ex, max_new_tokens=10)
+    return out
+
+
+def run_lm_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Train the base model with arm ``arm`` of ``sizes["arms"]`` from ``seed`` (see
+    :func:`run_lm_experiment`), then evaluate it on the held-out prompts. ``S`` is the number of steps.
+
+    =================  ========  ===========================================================
+    inference/<key>    scalar    :func:`rollout_stats` of the policy alone (the head off)
+    training/<key>     scalar    :func:`rollout_stats` of the arm's training rollouts
+    greedy             scalar    greedy accuracy
+    late_kl            scalar    :func:`late_kl` (R2PO arms only)
+    history/<key>      ``(S,)``  the trainer's metric ``key`` at each step (``None`` where absent)
+    =================  ========  ===========================================================
+    """
+    from ..lm.zoo import greedy_accuracy
+    from ..train import RLConfig, Trainer
+
+    if arm not in sizes["arms"]:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {tuple(sizes['arms'])}")
+    parts, n_eval = sizes["arms"][arm], sizes["n_eval"]
+    with one_torch_thread():
+        task, model, tok, ex = lm_testbed(sizes)
+        kw = {"head_lr": sizes["head_lr"], **parts.get("sampler_kwargs", {})}
+        cfg = RLConfig(num_generations=sizes["G"], prompts_per_step=sizes["prompts_per_step"], steps=sizes["steps"],
+                       learning_rate=sizes["lr"], max_completion_length=10, seed=seed, reward="r2po_format",
+                       progress=False, **{**parts, "sampler_kwargs": kw})
+        trainer = Trainer(model, tok, task, cfg, eval_examples=ex)
+        trainer.train()
+        head = head_from_state(trainer.state["r2po"])[0] if kw.get("head_every", 1) else None
+        out = {**{f"inference/{k}": v for k, v in rollout_stats(trainer.model, tok, task, ex, n_eval, seed=seed).items()},
+               **{f"training/{k}": v
+                  for k, v in rollout_stats(trainer.model, tok, task, ex, n_eval, head=head, seed=seed).items()},
+               "greedy": greedy_accuracy(trainer.model, tok, task, ex, max_new_tokens=10)}
+    if head is not None:
+        out["late_kl"] = late_kl(trainer.history)
+    keys = dict.fromkeys(k for h in trainer.history for k in h)  # every key, in order of first appearance
+    return {**out, **{f"history/{k}": [h.get(k) for h in trainer.history] for k in keys}}
+
+
+def lm_cell_result(metrics: dict) -> dict:
+    """A cell's metrics in :func:`run_lm_experiment`'s per-seed form: ``inference`` and ``training``
+    dicts, ``greedy``, ``late_kl`` (R2PO arms), and ``history``, the list of the trainer's per-step dicts."""
+    out, hist = {"inference": {}, "training": {}}, {}
+    for name, v in metrics.items():
+        where, _, key = name.partition("/")
+        if where == "history":
+            hist[key] = v
+        elif key:
+            out[where][key] = v
+        else:
+            out[name] = v
+    steps = len(next(iter(hist.values()), []))
+    out["history"] = [{k: v[i] for k, v in hist.items() if v[i] is not None} for i in range(steps)]
+    return out
+
+
+def lm_base_study(P: Profile, prompts: str = "report") -> Study:
+    """The base model's stats on the held-out prompts of ``prompts``: one cell."""
+    sz = lm_sizes(P, prompts=prompts)
+    sizes = {k: sz[k] for k in ("profile", "prompt_set", "n_prompts", "n_eval")}
+    return Study(name="r2po-lm-base", arms=(LM_BASE,), seeds=(0,), run=run_lm_base_cell, sizes=sizes,
+                 modules=LM_MODULES)
+
+
+def lm_study(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = LM_LR,
+             head_lr: float = 1e-2, arms: dict | None = None, first_seed: int = 0, prompts: str = "report") -> Study:
+    """Every arm of ``arms`` (default ``ARMS``) on seeds ``first_seed .. first_seed + seeds - 1``
+    (default ``P.seeds`` seeds), with the sizes of :func:`lm_sizes` (the head's learning rate among them)."""
+    n_seeds = seeds or P.seeds
+    sizes = lm_sizes(P, steps, lr, head_lr, arms, prompts)
+    return Study(name="r2po-lm", arms=tuple(sizes["arms"]), seeds=tuple(range(first_seed, first_seed + n_seeds)),
+                 run=run_lm_cell, sizes=sizes, modules=LM_MODULES)
 
 
 def run_lm_experiment(P: Profile, seeds: int | None = None, steps: int | None = None, lr: float = LM_LR,
                       head_lr: float = 1e-2, arms: dict | None = None, first_seed: int = 0,
-                      prompts: str = "report") -> dict:
+                      prompts: str = "report", **run_kw) -> dict:
     """GRPO against R2PO with the released ratio and with the corrected one, on the tiny addition
     model (about 50% greedy accuracy), the authors' format reward, ``P.seeds`` paired seeds (from
     ``first_seed``: other seeds than the chapter's 0, 1, 2 are for choosing settings without its data).
     ``prompts="report"`` evaluates on the reported held-out prompts, ``"choose"`` on as many other
     held-out prompts kept for choosing settings (:func:`rlcourse.tasks.held_out_splits`).
+    :func:`lm_study` and :func:`lm_base_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`).
 
     For each arm and seed, at the end of training on ``P.pick(smoke=8, book=48)`` held-out prompts:
     ``inference`` (:func:`rollout_stats` of the policy alone, the head off) and ``training`` (the
     arm's training rollouts: the head on for R2PO), and ``greedy`` accuracy; ``history`` the
     trainer's per-step metrics, and ``late_kl`` (:func:`late_kl`, R2PO arms). Also ``base`` (the base model's inference stats) and ``seconds``.
     Returns ``{"arms": {arm: [per-seed dict]}, "base": dict, "seeds", "steps", "seconds"}``."""
-    from ..lm import load_base_model
-    from ..lm.zoo import greedy_accuracy
-    from ..tasks import get_task, held_out_splits
-    from ..train import RLConfig, Trainer
-
-    if prompts not in ("report", "choose"):
-        raise ValueError(f"prompts must be 'report' or 'choose', got {prompts!r}")
-    n_seeds = seeds or P.seeds
-    steps = steps or P.pick(smoke=2, book=LM_STEPS)
-    arms = arms or ARMS
-    G, n_eval = P.pick(smoke=4, book=8), P.pick(smoke=4, book=8)
-    t0 = time.perf_counter()
-    task = get_task("addition")
-    out = {"arms": {a: [] for a in arms}}
-    with one_torch_thread():
-        model, tok = load_base_model("addition", "medium", prof=P, progress=False)
-        n_prompts = P.pick(smoke=8, book=48)
-        ex = dict(zip(("report", "choose"), held_out_splits(task, n_prompts, n_prompts, seed=4321)))[prompts]
-        out["base"] = rollout_stats(model, tok, task, ex, n_eval)
-        out["base"]["greedy"] = greedy_accuracy(model, tok, task, ex, max_new_tokens=10)
-        for arm, parts in arms.items():
-            for seed in range(first_seed, first_seed + n_seeds):
-                kw = {"head_lr": head_lr, **parts.get("sampler_kwargs", {})}
-                cfg = RLConfig(num_generations=G, prompts_per_step=P.pick(smoke=2, book=8), steps=steps,
-                               learning_rate=lr, max_completion_length=10, seed=seed, reward="r2po_format",
-                               progress=False, **{**parts, "sampler_kwargs": kw})
-                trainer = Trainer(copy.deepcopy(model), tok, task, cfg, eval_examples=ex)
-                trainer.train()
-                head = head_from_state(trainer.state["r2po"])[0] if kw.get("head_every", 1) else None
-                res = {"inference": rollout_stats(trainer.model, tok, task, ex, n_eval, seed=seed),
-                       "training": rollout_stats(trainer.model, tok, task, ex, n_eval, head=head, seed=seed),
-                       "greedy": greedy_accuracy(trainer.model, tok, task, ex, max_new_tokens=10),
-                       "history": trainer.history}
-                if head is not None:
-                    res["late_kl"] = late_kl(trainer.history)
-                out["arms"][arm].append(res)
-    out.update(prompt_set=prompts, seeds=n_seeds, steps=steps, seconds=time.perf_counter() - t0, prompts=len(ex), n_eval=n_eval,
-               group=G, lr=lr, head_lr=head_lr)
+    study = lm_study(P, seeds, steps, lr, head_lr, arms, first_seed, prompts)
+    base = run_study(lm_base_study(P, prompts), **run_kw)
+    res = run_study(study, **run_kw)
+    sz = study.sizes
+    out = {"arms": {a: [lm_cell_result(res.metrics[(a, s)]) for s in study.seeds] for a in study.arms},
+           "base": base.metrics[(LM_BASE, 0)]}
+    out.update(prompt_set=prompts, seeds=len(study.seeds), steps=sz["steps"], seconds=base.wall_seconds + res.wall_seconds,
+               prompts=sz["n_prompts"], n_eval=sz["n_eval"], group=sz["G"], lr=lr, head_lr=head_lr)
     return out
 
 
