@@ -55,7 +55,7 @@ def test_reward_model_claims_direction(rm_out):
 
 def test_unified_ppo_direction(rm_out):
     with one_torch_thread():
-        ppo = study.ppo_experiment(rm_out["models"]["TCRM"], rm_out["tokenizer"], rlcourse.profile())
+        ppo = study.ppo_experiment(rlcourse.profile())
     R = ppo["runs"]
     q = {a: np.mean([r["final_validity"] for r in rs]) for a, rs in R.items()}
     assert q["unified"] > q["separate critic"] - 0.10, q

@@ -1,6 +1,7 @@
 """TCRM: the walk task, the exact value function, the losses (gradients, stop-gradient, shift
 invariance), the tabular MC/TD fixed points, the shaping identity and the loop parts."""
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -277,3 +278,24 @@ def test_pair_target_is_the_pair_posterior():
         study.pair_target(np.array([[1.0, 1.0]]))
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         study.pair_target(np.array([[0.5, 1.5]]))
+
+
+def test_studies_cells_stand_alone():
+    """A later cell of each grid, run with the others, equals the same cell run alone (timings left
+    out); a bad arm is refused with the arms named; the PPO cells rebuild the same reward model."""
+    from rlcourse.studies.runner import run_study
+
+    P = rlcourse.profile("smoke")
+    for grid, run in ((study.rm_study(P, seeds=2), study.run_rm_cell), (study.ppo_study(P, seeds=2), study.run_ppo_cell)):
+        res = run_study(grid, jobs=1, cache=False)
+        arm, seed = grid.cells()[-1]
+        assert seed == 1
+        alone = json.loads(json.dumps(run(arm, seed, dict(grid.sizes)), default=lambda x: x.tolist()))
+        untimed = [{k: v for k, v in m.items() if not k.endswith("seconds")} for m in (res.metrics[(arm, seed)], alone)]
+        assert untimed[0] == untimed[1]
+        with pytest.raises(ValueError, match=f"the arms are .*{arm}"):
+            run("no such arm", 0, dict(grid.sizes))
+    tok = build_tokenizer()
+    a, _ = study.reward_model("TCRM", 0, P, tok)
+    b, _ = study.reward_model("TCRM", 0, P, tok)
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
 from typing import Sequence
 
 import numpy as np
@@ -22,9 +21,10 @@ from ..methods.tcrm import (
     MAX_PREFIX, MAX_START, REWARD_MODELS, WALK_LENGTH, DyckWalk, encode_walks, first_dip, parse_prompt,
     token_values, use_reward_model, walk_values,
 )
-from ..profiles import Profile, profile as current_profile
+from ..profiles import Profile, one_torch_thread, profile as current_profile
 from ..supervised import train_reward_model
 from ..tasks import Example, _in_test_split
+from .runner import Study, run_study
 
 
 # ---------------------------------------------------------------------------------------- walks and pairs
@@ -342,31 +342,97 @@ def score_all(scorer, data: dict) -> dict:
     return out
 
 
-def rm_experiment(prof: Profile | None = None, seeds: int | None = None) -> dict:
+RM_ARMS = ("BT", "TCRM", "oracle", "pair target")  # two trained reward models, then the two ceilings
+PPO_ARMS = ("separate critic", "unified")
+MODULES = ("rlcourse.methods.tcrm", "rlcourse.supervised", "rlcourse.train", "rlcourse.lm.heads",
+           "rlcourse.lm.model", "rlcourse.lm.sampling", "rlcourse.lm.tokenizer", "rlcourse.tasks")
+
+
+def study_sizes(prof: Profile) -> dict:
+    """What every cell of :func:`rm_study` and :func:`ppo_study` reads: the profile (the budget is
+    :func:`rm_sizes` of it) and ``rm_seed``, the seed of the TCRM model that PPO optimises."""
+    return {"profile": prof.as_dict(), "rm_seed": 0}
+
+
+def reward_model(arm: str, seed: int, prof: Profile, tokenizer, data: dict | None = None) -> tuple:
+    """The reward model of arm ``"BT"`` (:math:`\\lambda = 0`) or ``"TCRM"`` (:func:`rm_sizes`'
+    ``lam_mc``, ``lam_td``) trained from ``seed`` on ``data["pairs"]`` (default :func:`rm_data` of
+    ``prof`` and ``seed``): the same weights whenever it is called with the same arguments. Returns
+    ``(model, log)``, ``log`` as :func:`rlcourse.supervised.train_reward_model` returns it."""
+    s = rm_sizes(prof)
+    lams = {"BT": (0.0, 0.0), "TCRM": (s["lam_mc"], s["lam_td"])}
+    if arm not in lams:
+        raise ValueError(f"unknown reward model {arm!r}; the arms are {tuple(lams)}")
+    data = rm_data(prof, seed) if data is None else data
+    torch.manual_seed(seed)
+    rm = new_reward_model(tokenizer, prof, seed)
+    log = train_reward_model(rm, tokenizer, data["pairs"], s["rm_steps"], s["rm_batch"], s["rm_lr"], seed=seed,
+                             loss="tcrm", loss_kwargs={"lam_mc": lams[arm][0], "lam_td": lams[arm][1]})
+    return rm, log
+
+
+def run_rm_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`score_all`'s metrics of arm ``arm`` of :data:`RM_ARMS` on :func:`rm_data` of seed ``seed``:
+    a reward model trained by :func:`reward_model` (``BT``, ``TCRM``), or the exact value function
+    (``oracle``) or the pair data's target (``pair target``). It depends on ``sizes["profile"]`` and
+    ``seed`` only. ``middle_acc_decided`` is ``None`` where no test pair is decided by the middle
+    column (:func:`score_all` gives NaN)."""
+    if arm not in RM_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {RM_ARMS}")
+    prof = Profile(**sizes["profile"])
+    data = rm_data(prof, seed)
+    with one_torch_thread():
+        if arm == "oracle":
+            out = score_all(oracle_scores, data)
+        elif arm == "pair target":
+            out = score_all(pair_target_scores, data)
+        else:
+            tok = build_tokenizer()
+            rm, _ = reward_model(arm, seed, prof, tok, data)
+            out = score_all(lambda e, w: walk_scores(rm, tok, e, w), data)
+    return {k: None if k == "middle_acc_decided" and np.isnan(v) else v for k, v in out.items()}
+
+
+def _grid(name: str, arms: tuple, run, prof: Profile | None, seeds: int | None) -> Study:
+    prof = prof or current_profile()
+    seeds = rm_sizes(prof)["seeds"] if seeds is None else seeds
+    return Study(name=name, arms=arms, seeds=tuple(range(seeds)), run=run, sizes=study_sizes(prof), modules=MODULES)
+
+
+def rm_study(prof: Profile | None = None, seeds: int | None = None) -> Study:
+    """Every arm of :data:`RM_ARMS` on seeds ``0 .. seeds - 1`` (default :func:`rm_sizes`' ``seeds``)."""
+    return _grid("tcrm-rm", RM_ARMS, run_rm_cell, prof, seeds)
+
+
+def rm_experiment(prof: Profile | None = None, seeds: int | None = None, **run_kw) -> dict:
     """BT-only against TCRM (BT + MC + TD) on walk pairs over seeds, with the exact value function
     (``oracle``) and the regularisers' pair-data target (``pair target``, :func:`pair_target`) as
-    ceilings. Returns per-arm lists of metrics, one per seed, the models of seed 0, and times."""
+    ceilings: :func:`rm_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`). The models of seed 0 are trained again here by
+    :func:`reward_model` (a model cannot go through the cells' cache): the same weights as in the grid.
+
+    ========== ====================== ====================================================
+    metrics    ``{arm: [dict, ...]}``  :func:`score_all`'s metrics, one dict per seed
+    models     ``{arm: model}``        the ``BT`` and ``TCRM`` reward models of seed 0
+    logs       ``{arm: list}``         their training logs
+    tokenizer  tokenizer               the walk tokenizer
+    seconds    float                   the grid's wall seconds on one core
+    sizes      dict                    :func:`rm_sizes` of the profile
+    data0      dict                    :func:`rm_data` of seed 0
+    ========== ====================== ====================================================
+    """
     prof = prof or current_profile()
-    s = rm_sizes(prof)
-    seeds = s["seeds"] if seeds is None else seeds
-    tok = build_tokenizer()
-    arms = {"BT": (0.0, 0.0), "TCRM": (s["lam_mc"], s["lam_td"])}
-    res = {a: [] for a in arms} | {"oracle": [], "pair target": []}
-    models, logs, t0 = {}, {}, time.perf_counter()
-    for seed in range(seeds):
-        data = rm_data(prof, seed)
-        res["oracle"].append(score_all(oracle_scores, data))
-        res["pair target"].append(score_all(pair_target_scores, data))
-        for arm, (lm, lt) in arms.items():
-            torch.manual_seed(seed)
-            rm = new_reward_model(tok, prof, seed)
-            log = train_reward_model(rm, tok, data["pairs"], s["rm_steps"], s["rm_batch"], s["rm_lr"], seed=seed,
-                                     loss="tcrm", loss_kwargs={"lam_mc": lm, "lam_td": lt})
-            res[arm].append(score_all(lambda e, w: walk_scores(rm, tok, e, w), data))
-            if seed == 0:
-                models[arm], logs[arm] = rm, log
-    return dict(metrics=res, models=models, logs=logs, tokenizer=tok, seconds=time.perf_counter() - t0,
-                sizes=s, data0=rm_data(prof, 0))
+    study = rm_study(prof, seeds)
+    res = run_study(study, **run_kw)
+    metrics = {a: [{k: float("nan") if v is None else v for k, v in m.items()} for m in
+                   (res.metrics[(a, s)] for s in study.seeds)] for a in study.arms}
+    tok, data0 = build_tokenizer(), rm_data(prof, 0)
+    models, logs = {}, {}
+    with one_torch_thread():
+        for arm in ("BT", "TCRM"):
+            models[arm], logs[arm] = reward_model(arm, 0, prof, tok, data0)
+    return dict(metrics=metrics, models=models, logs=logs, tokenizer=tok, seconds=res.wall_seconds,
+                sizes=rm_sizes(prof), data0=data0)
 
 
 # ---------------------------------------------------------------------------------------- PPO experiment
@@ -407,44 +473,83 @@ def state_bytes(trainer) -> dict:
     return {"weights": weights, "grads": grads, "optimizer": opt, "total": weights + grads + opt}
 
 
-def ppo_experiment(rm: ScalarHeadModel, tokenizer, prof: Profile | None = None, seeds: int | None = None) -> dict:
-    """PPO from the data policy with a TCRM reward, two ways: a separate critic (``gae``, a critic
-    initialised from the reward model, as is usual in RLHF, and trained) and the unified model
-    (``tcrm_gae``: the reward model's own values, frozen). Returns per arm and seed: the true validity
-    curve, median step time, state bytes."""
+def run_ppo_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """PPO from the data policy with a TCRM reward, arm ``arm`` of :data:`PPO_ARMS`, from ``seed``: a
+    separate critic (``gae``, a critic initialised from the reward model, as is usual in RLHF, and
+    trained) or the unified model (``tcrm_gae``: the reward model's own values, frozen).
+
+    The cell depends on ``sizes["profile"]`` and ``seed`` only: it trains again the ``TCRM`` reward
+    model of seed ``sizes["rm_seed"]`` (:func:`reward_model`) and the seed-0 :func:`data_policy`, the
+    same weights in every cell, so every seed optimises the same reward from the same policy.
+
+    ============== =============== =======================================================
+    curve          ``(K, 2)``      ``[step, validity]`` at step 0 (the data policy) and every
+                                   ``ppo_eval_every`` steps (:func:`validity`)
+    final_validity scalar          the last validity of ``curve``
+    step_seconds   scalar          median step time (the first step left out)
+    update_seconds scalar          median update time
+    bytes          dict            :func:`state_bytes`
+    rm_score       ``(steps,)``    the mean reward-model score of each step's samples
+    ============== =============== =======================================================
+    """
     from ..train import RLConfig, Trainer
 
+    if arm not in PPO_ARMS:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {PPO_ARMS}")
+    prof = Profile(**sizes["profile"])
+    s, task = rm_sizes(prof), DyckWalk()
+    with one_torch_thread():
+        tokenizer = build_tokenizer()
+        rm, _ = reward_model("TCRM", sizes["rm_seed"], prof, tokenizer)
+        name = use_reward_model("tcrm_ppo", rm)
+        base = data_policy(tokenizer, prof)
+        held = task.examples(s["ppo_eval_walks"], seed=1, split="train")
+        base_validity = validity(base, tokenizer, held, torch.Generator().manual_seed(99))
+        parts = {"separate critic": dict(advantage_estimator="gae"),
+                 "unified": dict(advantage_estimator="tcrm_gae", advantage_kwargs={"reward_model": name})}[arm]
+        cfg = RLConfig(num_generations=s["ppo_generations"], prompts_per_step=s["ppo_prompts"],
+                       max_completion_length=WALK_LENGTH + 1, steps=s["ppo_steps"], learning_rate=s["ppo_lr"],
+                       reward="tcrm_score", reward_kwargs={"reward_model": name}, whiten_advantages=True,
+                       progress=False, seed=seed, lam=0.95, **parts)
+        critic = None
+        if arm == "separate critic":
+            critic = copy.deepcopy(rm)
+            critic.requires_grad_(True)
+        tr = Trainer(copy.deepcopy(base), tokenizer, task, cfg, eval_examples=test_prompts(), value_model=critic)
+        curve = [(0, base_validity)]
+        while tr.step_count < cfg.steps:
+            tr.train(min(cfg.steps, tr.step_count + s["ppo_eval_every"]))
+            curve.append((tr.step_count, validity(tr.model, tokenizer, held,
+                                                  torch.Generator().manual_seed(1000 + tr.step_count))))
+    st = [h["step_seconds"] for h in tr.history]
+    return {"curve": curve, "final_validity": curve[-1][1],
+            "step_seconds": float(np.median(st[1:] if len(st) > 1 else st)),
+            "update_seconds": float(np.median([h["time_update"] for h in tr.history])),
+            "bytes": state_bytes(tr), "rm_score": [h["reward"] for h in tr.history]}
+
+
+def ppo_study(prof: Profile | None = None, seeds: int | None = None) -> Study:
+    """Every arm of :data:`PPO_ARMS` on seeds ``0 .. seeds - 1`` (default :func:`rm_sizes`' ``seeds``)."""
+    return _grid("tcrm-ppo", PPO_ARMS, run_ppo_cell, prof, seeds)
+
+
+def ppo_experiment(prof: Profile | None = None, seeds: int | None = None, **run_kw) -> dict:
+    """PPO from the data policy with the seed-0 TCRM reward model, with a separate or a unified critic
+    (:func:`run_ppo_cell`): :func:`ppo_study` on the study runner (``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`).
+
+    ============== ======================= ================================================
+    runs           ``{arm: [dict, ...]}``  :func:`run_ppo_cell`'s metrics, one dict per seed
+                                           (``curve`` as a list of ``(step, validity)``)
+    base_validity  float                   the data policy's validity
+    seconds        float                   the grid's wall seconds on one core
+    sizes          dict                    :func:`rm_sizes`
+    ============== ======================= ================================================
+    """
     prof = prof or current_profile()
-    s = rm_sizes(prof)
-    seeds = s["seeds"] if seeds is None else seeds
-    name = use_reward_model("tcrm_ppo", rm)
-    base = data_policy(tokenizer, prof)
-    task = DyckWalk()
-    held = task.examples(s["ppo_eval_walks"], seed=1, split="train")
-    arms = {"separate critic": dict(advantage_estimator="gae"),
-            "unified": dict(advantage_estimator="tcrm_gae", advantage_kwargs={"reward_model": name})}
-    out = {a: [] for a in arms}
-    base_validity = validity(base, tokenizer, held, torch.Generator().manual_seed(99))
-    t0 = time.perf_counter()
-    for seed in range(seeds):
-        for arm, parts in arms.items():
-            cfg = RLConfig(num_generations=s["ppo_generations"], prompts_per_step=s["ppo_prompts"],
-                           max_completion_length=WALK_LENGTH + 1, steps=s["ppo_steps"], learning_rate=s["ppo_lr"],
-                           reward="tcrm_score", reward_kwargs={"reward_model": name}, whiten_advantages=True,
-                           progress=False, seed=seed, lam=0.95, **parts)
-            critic = None
-            if arm == "separate critic":
-                critic = copy.deepcopy(rm)
-                critic.requires_grad_(True)
-            tr = Trainer(copy.deepcopy(base), tokenizer, task, cfg, eval_examples=test_prompts(), value_model=critic)
-            curve = [(0, base_validity)]
-            while tr.step_count < cfg.steps:
-                tr.train(min(cfg.steps, tr.step_count + s["ppo_eval_every"]))
-                curve.append((tr.step_count, validity(tr.model, tokenizer, held,
-                                                      torch.Generator().manual_seed(1000 + tr.step_count))))
-            st = [h["step_seconds"] for h in tr.history]
-            out[arm].append({"curve": curve, "final_validity": curve[-1][1],
-                             "step_seconds": float(np.median(st[1:] if len(st) > 1 else st)),
-                             "update_seconds": float(np.median([h["time_update"] for h in tr.history])),
-                             "bytes": state_bytes(tr), "rm_score": [h["reward"] for h in tr.history]})
-    return dict(runs=out, base_validity=base_validity, seconds=time.perf_counter() - t0, sizes=s)
+    study = ppo_study(prof, seeds)
+    res = run_study(study, **run_kw)
+    runs = {a: [{**m, "curve": [tuple(p) for p in m["curve"]]} for m in (res.metrics[(a, s)] for s in study.seeds)]
+            for a in study.arms}
+    return dict(runs=runs, base_validity=runs[study.arms[0]][0]["curve"][0][1], seconds=res.wall_seconds,
+                sizes=rm_sizes(prof))
