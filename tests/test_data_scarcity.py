@@ -209,7 +209,27 @@ def test_toy_arms_spend_the_same_fresh_rollouts_and_reject_unknown_arms():
     with pytest.raises(ValueError, match="unknown toy arm"):
         D.toy_run("nope", 0, steps=1)
     with pytest.raises(ValueError, match="unknown LM arm"):
-        D.lm_run("nope", 0)
+        D.run_lm_cell("nope", 0, {})
+
+
+def test_studies_cells_stand_alone():
+    """The last cell of each grid (the toy's study is HeaPA's, with this chapter's arms), run with the
+    others, equals the same cell run alone (the timing aside); a bad arm is refused with the arms named."""
+    import rlcourse
+    from rlcourse.studies import curriculum_toy as toy
+    from rlcourse.studies import data_scarcity as DS
+    from rlcourse.studies.runner import run_study
+
+    toy_s = toy.toy_study(D.TOY_ARMS, 2, steps=12)
+    lm_s = DS.lm_study(rlcourse.profile("smoke"), arms=("uniform", "replay"), seeds=2)
+    assert toy_s.cells()[-1] == ("oracle", 1) and lm_s.cells()[-1] == ("replay", 1)
+    got = run_study(toy_s, jobs=1, cache=False).metrics[("oracle", 1)]
+    assert got == toy.run_toy_cell("oracle", 1, dict(toy_s.sizes))
+    got = run_study(lm_s, jobs=1, cache=False).metrics[("replay", 1)]
+    assert {**got, "seconds": 0} == {**DS.run_lm_cell("replay", 1, dict(lm_s.sizes)), "seconds": 0}
+    for run, s in ((toy.run_toy_cell, toy_s), (DS.run_lm_cell, lm_s)):
+        with pytest.raises(ValueError, match="the arms are .*'replay'"):
+            run("no such arm", 0, dict(s.sizes))
 
 
 def test_toy_claims_are_fixed_before_the_run():

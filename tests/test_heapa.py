@@ -261,3 +261,21 @@ def test_feedback_sampler_reports_group_pass_rates_and_refuses_unknown_inner_key
                    sampler="heapa_feedback", sampler_kwargs={"inner": "policy", "ratio": 2})
     with pytest.raises(ValueError, match="ratio"):
         Trainer(copy.deepcopy(model), tok, "addition", cfg, train_examples=ex, eval_examples=ex).step()
+
+
+def test_studies_cells_stand_alone():
+    """A later cell of each grid, run with the others, equals the same cell run alone; a bad arm is
+    refused with the arms named."""
+    from rlcourse.studies import heapa as HS
+    from rlcourse.studies.runner import run_study
+
+    for study, run in ((toy.toy_study(HS.TOY_ARMS, 2, steps=12), toy.run_toy_cell),
+                       (HS.lm_study(rlcourse.profile("smoke"), seeds=2), HS.run_lm_cell)):
+        res = run_study(study, jobs=1, cache=False)
+        arm, seed = study.cells()[-1]
+        assert seed == 1
+        alone = run(arm, seed, dict(study.sizes))
+        alone.pop("seconds", None), res.metrics[(arm, seed)].pop("seconds", None)
+        assert res.metrics[(arm, seed)] == alone
+        with pytest.raises(ValueError, match=f"the arms are .*{arm}"):
+            run("no such arm", 0, dict(study.sizes))

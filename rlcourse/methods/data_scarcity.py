@@ -412,7 +412,7 @@ register_task("scarcity_addition")(ScarcityAddition)
 # ---------------------------------------------------------------------- the experiment, in rlcourse.studies.data_scarcity
 _STUDY_NAMES = frozenset((
     'REPLAY', 'rollouts_to_target', 'toy_run',
-    'LM_ARMS', 'TOY_ARMS', 'lm_claims', 'lm_experiment', 'lm_run', 'lm_sizes', 'toy_claims',
+    'LM_ARMS', 'TOY_ARMS', 'lm_claims', 'lm_experiment', 'lm_sizes', 'run_lm_cell', 'toy_claims',
     'toy_experiment',
 ))
 

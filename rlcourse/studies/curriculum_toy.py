@@ -4,15 +4,18 @@ GRPO on per-level skills, and one runner whose arms choose the prompts.
 One runner, one random stream: for a given seed every arm sees the same seed prompts, the same held-out
 prompts and the same sampling stream (``numpy.random.default_rng([seed, 7])`` for the rewards and the
 children's offsets, ``torch.Generator().manual_seed(seed)`` for the prompt draws), so the two chapters
-report the same numbers for the arms they share.
+report the same numbers for the arms they share. Both chapters run it as one grid,
+:func:`toy_study` (cell :func:`run_toy_cell`), each with its own arms: a cell is cached once for both.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+
+from .runner import Study
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def toy_run(arm: str, seed: int, steps: int, prompts: int = 8, G: int = 8, toy: 
     from ..replay import ReplayBuffer, group_priority
 
     if arm not in ARMS:
-        raise ValueError(f"unknown toy arm {arm!r}; choose one of {ARMS}")
+        raise ValueError(f"unknown toy arm {arm!r}; the arms are {ARMS}")
     rng, gen = np.random.default_rng([seed, 7]), torch.Generator().manual_seed(seed)
     levels, offsets = toy_prompts(toy, toy.per_level, np.random.default_rng([seed, 1]))
     held = toy_prompts(toy, toy.held_per_level, np.random.default_rng([seed, 2]))
@@ -195,6 +198,33 @@ def toy_run(arm: str, seed: int, steps: int, prompts: int = 8, G: int = 8, toy: 
             curve_a.append(toy_accuracy(theta, held))
     return {"rollouts": np.array(curve_r), "accuracy": np.array(curve_a), "zero_var": np.array(zero_var),
             "pool": np.array(sizes), "theta": theta}
+
+
+TOY_MODULES = ("rlcourse.methods.data_scarcity", "rlcourse.methods.heapa", "rlcourse.methods.heapa_pool",
+               "rlcourse.replay")
+
+
+def run_toy_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """:func:`toy_run` for arm ``arm`` of :data:`ARMS` from ``seed``, every other argument read from
+    ``sizes`` (``steps``, ``prompts``, ``G``, ``eval_every``, ``low_fraction``, ``passes``, and ``toy``:
+    the :class:`ToyCurriculum` fields); its output as lists."""
+    toy = ToyCurriculum(**{**sizes["toy"], "start": tuple(sizes["toy"]["start"])})
+    out = toy_run(arm, seed, sizes["steps"], sizes["prompts"], sizes["G"], toy=toy, eval_every=sizes["eval_every"],
+                  low_fraction=sizes["low_fraction"], passes=sizes["passes"])
+    return {k: v.tolist() for k, v in out.items()}
+
+
+def toy_study(arms: tuple, seeds: int, steps: int, prompts: int = 8, G: int = 8, toy: ToyCurriculum = ToyCurriculum(),
+              eval_every: int = 5, low_fraction: float = 0.5, passes: float = 2.0) -> Study:
+    """Every arm of ``arms`` on seeds ``0 .. seeds - 1`` with :func:`toy_run`'s other arguments: one
+    study for both chapters (a cell is the same whichever chapter asks for it)."""
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        raise ValueError(f"unknown toy arms {sorted(unknown)}; the arms are {ARMS}")
+    sizes = {"steps": steps, "prompts": prompts, "G": G, "eval_every": eval_every, "low_fraction": low_fraction,
+             "passes": passes, "toy": {**asdict(toy), "start": list(toy.start)}}
+    return Study(name="curriculum-toy", arms=tuple(arms), seeds=tuple(range(seeds)), run=run_toy_cell, sizes=sizes,
+                 modules=TOY_MODULES)
 
 
 def rollouts_to_target(rollouts: np.ndarray, accuracy: np.ndarray, target: float, budget: int) -> tuple[float, bool]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from ..methods.data_scarcity import (MEMORY_KEY, PAPER, ScarcityAddition)  # noqa: F401
 from ..profiles import Profile, profile as current_profile
 from .curriculum_toy import ToyCurriculum
-from .heapa import summarise_runs, toy_sizes
+from .heapa import grid_runs, summarise_runs, toy_sizes
+from .runner import Study, run_study
 
 
 # ---------------------------------------------------------------------- the exact toy
@@ -20,12 +19,13 @@ from .curriculum_toy import REPLAY, rollouts_to_target, toy_run  # noqa: E402,F4
 
 
 def toy_experiment(prof: Profile | None = None, arms: tuple = TOY_ARMS, steps: int | None = None,
-                   toy: ToyCurriculum = ToyCurriculum()) -> dict:
+                   toy: ToyCurriculum = ToyCurriculum(), **run_kw) -> dict:
     """Every arm on the same seeds at HeaPA's toy sizes (:func:`~rlcourse.studies.heapa.toy_sizes`:
-    8 prompts x 8 rollouts a step, target 0.75); ``steps`` overrides the budget."""
+    8 prompts x 8 rollouts a step, target 0.75); ``steps`` overrides the budget. The same study as
+    HeaPA's (:func:`~rlcourse.studies.curriculum_toy.toy_study`), with this chapter's arms."""
     from .heapa import toy_experiment as curriculum_experiment  # the same runner, random stream and summary
 
-    return curriculum_experiment(prof, arms=arms, toy=toy, steps=steps)
+    return curriculum_experiment(prof, arms=arms, toy=toy, steps=steps, **run_kw)
 
 
 def toy_claims(budget: int, target: float) -> dict:
@@ -78,22 +78,33 @@ def lm_sizes(prof: Profile) -> dict:
     return sz
 
 
-def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
+LM_MODULES = ("rlcourse.methods.data_scarcity", "rlcourse.methods.heapa", "rlcourse.methods.heapa_pool",
+              "rlcourse.studies.heapa", "rlcourse.replay", "rlcourse.train", "rlcourse.lm.sampling", "rlcourse.lm.zoo")
+
+
+def lm_study_sizes(prof: Profile) -> dict:
+    """The sizes every LM cell reads: :func:`lm_sizes` (less the seeds) and the profile (it names the
+    cached base model)."""
+    return {**{k: v for k, v in lm_sizes(prof).items() if k != "seeds"}, "profile": prof.as_dict()}
+
+
+def run_lm_cell(arm: str, seed: int, sizes: dict) -> dict:
     """GRPO on ``scarcity_addition`` from HeaPA's cached base model (built on ``heapa_addition``,
-    the same prompts), the prompts and samples chosen by ``LM_ARMS[arm]`` through the config.
-    Returns greedy accuracy per level at each check against fresh rollouts spent, the all-equal
-    share per step and the final pool size."""
+    the same prompts), the prompts and samples chosen by ``LM_ARMS[arm]`` through the config, at
+    ``sizes`` (:func:`lm_study_sizes`). Returns the fields of
+    :func:`~rlcourse.studies.heapa.run_lm_cell`: greedy accuracy per level at each check against
+    fresh rollouts spent, the all-equal share per step and the final pool size."""
     from ..lm.zoo import load_base_model
     from ..profiles import one_torch_thread
     from ..train import RLConfig, Trainer
     from .heapa import _held_by_level, seed_pool, train_with_checks
 
     if arm not in LM_ARMS:
-        raise ValueError(f"unknown LM arm {arm!r}; choose one of {sorted(LM_ARMS)}")
-    prof = prof or current_profile()
-    sz = lm_sizes(prof)
+        raise ValueError(f"unknown LM arm {arm!r}; the arms are {tuple(LM_ARMS)}")
+    sz = sizes
     task = ScarcityAddition()
-    model, tok = load_base_model("heapa_addition", strength=sz["strength"], prof=prof, progress=False)
+    model, tok = load_base_model("heapa_addition", strength=sz["strength"], prof=Profile(**sz["profile"]),
+                                 progress=False)
     held = _held_by_level(task, sz["held"])
     pool = seed_pool(task, sz["pool"], seed)
     cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], max_completion_length=12,
@@ -104,24 +115,33 @@ def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
         acc, rollouts, zero = train_with_checks(trainer, tok, task, held, sz)
     st = trainer.state
     size = len(st[MEMORY_KEY]["items"]) if MEMORY_KEY in st else len(st["heapa"]) if "heapa" in st else len(pool)
-    return {"rollouts": np.array(rollouts), "by_level": acc, "accuracy": acc.mean(1), "zero_var": np.array(zero),
+    return {"rollouts": rollouts, "by_level": acc.tolist(), "accuracy": acc.mean(1).tolist(), "zero_var": zero,
             "seconds": time.perf_counter() - t0, "pool": size}
 
 
-def lm_experiment(prof: Profile | None = None, arms: tuple | None = None) -> dict:
+def lm_study(prof: Profile | None = None, arms: tuple | None = None, seeds: int | None = None) -> Study:
+    """Every arm of ``arms`` (default all of :data:`LM_ARMS`) on seeds ``0 .. seeds - 1`` (default
+    ``prof.seeds``)."""
+    prof = prof or current_profile()
+    return Study(name="data_scarcity-lm", arms=tuple(arms or LM_ARMS),
+                 seeds=tuple(range(prof.seeds if seeds is None else seeds)), run=run_lm_cell,
+                 sizes=lm_study_sizes(prof), modules=LM_MODULES)
+
+
+def lm_experiment(prof: Profile | None = None, arms: tuple | None = None, **run_kw) -> dict:
     """Every arm on ``seeds`` seeds; rollouts to the target (base accuracy + gain, censored at the
     budget), accuracy at the budget, the all-equal share; ``base`` is the untrained model's
-    held-out accuracy (the same for every seed: one base model)."""
+    held-out accuracy (the same for every seed: one base model): :func:`lm_study` on the study
+    runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`)."""
     prof = prof or current_profile()
     sz = lm_sizes(prof)
-    arms = tuple(arms or LM_ARMS)
-    t0 = time.perf_counter()
-    runs = {a: [lm_run(a, s, prof) for s in range(sz["seeds"])] for a in arms}
+    res = run_study(lm_study(prof, arms), **run_kw)
+    runs, arms = grid_runs(res), res.study.arms
     base = float(runs[arms[0]][0]["accuracy"][0])
     target, budget = base + sz["gain"], sz["steps"] * sz["prompts"] * sz["G"]
     out = {"sizes": sz, "runs": runs, "base": base, "base_by_level": runs[arms[0]][0]["by_level"][0],
            "target": target, "budget": budget, **summarise_runs(runs, target, budget)}
-    out["seconds"] = time.perf_counter() - t0
+    out["seconds"] = res.wall_seconds
     return out
 
 

@@ -10,11 +10,13 @@ import numpy as np
 
 from ..methods.heapa import (CurriculumAddition, PAPER)  # noqa: F401
 from ..profiles import Profile, profile as current_profile
+# The toy and its one runner live in rlcourse.studies.curriculum_toy (shared with the data-scarcity chapter).
+from .curriculum_toy import (ToyCurriculum, rollouts_to_target, toy_accuracy, toy_prompts, toy_run,  # noqa: F401
+                             toy_study)
+from .runner import Study, run_study
 
 
 # ---------------------------------------------------------------------- the exact toy
-# The toy and its one runner live in rlcourse.studies.curriculum_toy (shared with the data-scarcity chapter).
-from .curriculum_toy import ToyCurriculum, rollouts_to_target, toy_accuracy, toy_prompts, toy_run  # noqa: E402,F401
 
 TOY_ARMS = ("uniform", "skip_extremes", "heapa", "heapa_fixed", "heapa_boundary", "oracle")
 
@@ -41,6 +43,12 @@ def summarise_runs(runs: dict, target: float, budget: int) -> dict:
     return out
 
 
+def grid_runs(res) -> dict:
+    """A grid's :class:`~rlcourse.studies.runner.Results` as ``{arm: [metrics per seed]}``, lists as arrays."""
+    return {a: [{k: np.asarray(v) if isinstance(v, list) else v for k, v in res.metrics[(a, s)].items()}
+                for s in res.study.seeds] for a in res.study.arms}
+
+
 def train_with_checks(trainer, tok, task, held: dict, sz: dict) -> tuple[np.ndarray, list, list]:
     """Run ``trainer`` for ``sz["steps"]`` steps, checking greedy accuracy per level of ``held`` before and
     every ``sz["eval_every"]`` steps. Returns ``(accuracy (checks, levels), rollouts per check, all-equal
@@ -61,22 +69,22 @@ def train_with_checks(trainer, tok, task, held: dict, sz: dict) -> tuple[np.ndar
 
 
 def toy_experiment(prof: Profile | None = None, arms: tuple = TOY_ARMS, toy: ToyCurriculum = ToyCurriculum(),
-                   low_fraction: float = 0.5, steps: int | None = None) -> dict:
+                   low_fraction: float = 0.5, steps: int | None = None, **run_kw) -> dict:
     """Every arm on the same seeds: curves, rollouts to target (with censoring), zero-variance shares,
     area under the accuracy curve (mean accuracy over the checks, a censoring-free summary), and the
-    accuracy at the budget (``final``).
+    accuracy at the budget (``final``): :func:`~rlcourse.studies.curriculum_toy.toy_study` on the
+    study runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`).
     ``steps`` overrides the profile's budget (in steps of 8 x 8 rollouts)."""
     prof = prof or current_profile()
     sz = dict(toy_sizes(prof))
     if steps is not None:
         sz["steps"] = steps
     budget = sz["steps"] * sz["prompts"] * sz["G"]
-    t0 = time.perf_counter()
-    runs = {a: [toy_run(a, s, sz["steps"], sz["prompts"], sz["G"], toy=toy, eval_every=sz["eval_every"],
-                        low_fraction=low_fraction)
-                for s in range(sz["seeds"])] for a in arms}
+    res = run_study(toy_study(arms, sz["seeds"], sz["steps"], sz["prompts"], sz["G"], toy=toy,
+                              eval_every=sz["eval_every"], low_fraction=low_fraction), **run_kw)
+    runs = grid_runs(res)
     out = {"sizes": sz, "budget": budget, "runs": runs, **summarise_runs(runs, sz["target"], budget)}
-    out["seconds"] = time.perf_counter() - t0
+    out["seconds"] = res.wall_seconds
     return out
 
 
@@ -145,21 +153,39 @@ def _held_by_level(task: CurriculumAddition, n: int) -> dict:
     return {d: [e for e in ex if e.meta["digits"] == d][:n] for d in range(1, task.max_digits + 1)}
 
 
-def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
+LM_MODULES = ("rlcourse.methods.heapa", "rlcourse.methods.heapa_pool", "rlcourse.train", "rlcourse.lm.sampling",
+              "rlcourse.lm.zoo")
+
+
+def lm_study_sizes(prof: Profile) -> dict:
+    """The sizes every LM cell reads: :func:`lm_sizes` (less the seeds) and the profile (it names the
+    cached base model)."""
+    return {**{k: v for k, v in lm_sizes(prof).items() if k != "seeds"}, "profile": prof.as_dict()}
+
+
+def run_lm_cell(arm: str, seed: int, sizes: dict) -> dict:
     """GRPO on ``heapa_addition`` from the cached base model, prompts chosen by ``arm`` (``uniform``
-    over the fixed seed pool, or ``heapa`` with growth). Returns the greedy accuracy per level at
-    each check against rollouts spent, and the share of all-equal groups per step."""
+    over the fixed seed pool, or ``heapa`` with growth), at ``sizes`` (:func:`lm_study_sizes`).
+
+    ========  ============  ========================================================
+    rollouts  ``(E,)``      rollouts spent at each check (0 first)
+    by_level  ``(E, L)``    greedy held-out accuracy per level at each check
+    accuracy  ``(E,)``      its mean over the levels
+    zero_var  ``(steps,)``  share of all-equal groups per step
+    seconds   scalar        wall seconds of the training
+    pool      scalar        the prompt pool's final size
+    ========  ============  ========================================================
+    """
     from ..lm.zoo import load_base_model
     from ..profiles import one_torch_thread
     from ..tasks import get_task
     from ..train import RLConfig, Trainer
 
     if arm not in LM_ARMS:
-        raise ValueError(f"unknown LM arm {arm!r}; choose one of {LM_ARMS}")
-    prof = prof or current_profile()
-    sz = lm_sizes(prof)
+        raise ValueError(f"unknown LM arm {arm!r}; the arms are {LM_ARMS}")
+    sz = sizes
     task = get_task("heapa_addition")
-    model, tok = load_base_model(task, strength=sz["strength"], prof=prof, progress=False)
+    model, tok = load_base_model(task, strength=sz["strength"], prof=Profile(**sz["profile"]), progress=False)
     held = _held_by_level(task, sz["held"])
     pool = seed_pool(task, sz["pool"], seed)
     cfg = RLConfig(num_generations=sz["G"], prompts_per_step=sz["prompts"], max_completion_length=12,
@@ -170,24 +196,32 @@ def lm_run(arm: str, seed: int, prof: Profile | None = None) -> dict:
     with one_torch_thread():
         trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=held[1][:1])
         acc, rollouts, zero = train_with_checks(trainer, tok, task, held, sz)
-    return {"rollouts": np.array(rollouts), "by_level": acc, "accuracy": acc.mean(1), "zero_var": np.array(zero),
+    return {"rollouts": rollouts, "by_level": acc.tolist(), "accuracy": acc.mean(1).tolist(), "zero_var": zero,
             "seconds": time.perf_counter() - t0,
             "pool": len(trainer.state["heapa"]) if "heapa" in trainer.state else len(pool)}
 
 
-def lm_experiment(prof: Profile | None = None) -> dict:
+def lm_study(prof: Profile | None = None, arms: tuple = LM_ARMS, seeds: int | None = None) -> Study:
+    """Every arm of ``arms`` on seeds ``0 .. seeds - 1`` (default ``prof.seeds``)."""
+    prof = prof or current_profile()
+    return Study(name="heapa-lm", arms=tuple(arms), seeds=tuple(range(prof.seeds if seeds is None else seeds)),
+                 run=run_lm_cell, sizes=lm_study_sizes(prof), modules=LM_MODULES)
+
+
+def lm_experiment(prof: Profile | None = None, **run_kw) -> dict:
     """Both arms on ``seeds`` seeds; rollouts to the target (base accuracy + gain, censored at the
-    budget), the mean accuracy over the checks, and the all-equal share."""
+    budget), the mean accuracy over the checks, and the all-equal share: :func:`lm_study` on the
+    study runner (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`)."""
     prof = prof or current_profile()
     sz = lm_sizes(prof)
-    t0 = time.perf_counter()
-    runs = {a: [lm_run(a, s, prof) for s in range(sz["seeds"])] for a in LM_ARMS}
+    res = run_study(lm_study(prof), **run_kw)
+    runs = grid_runs(res)
     base = float(runs["uniform"][0]["accuracy"][0])
     target = base + sz["gain"]
     budget = sz["steps"] * sz["prompts"] * sz["G"]
     out = {"sizes": sz, "runs": runs, "base": base, "base_by_level": runs["uniform"][0]["by_level"][0],
            "target": target, "budget": budget, **summarise_runs(runs, target, budget)}
-    out["seconds"] = time.perf_counter() - t0
+    out["seconds"] = res.wall_seconds
     return out
 
 
