@@ -2,7 +2,7 @@
 
 Each test calls the chapter's experiment and the chapter's verdict function (the same claim objects) and
 asserts the verdicts. A comment and its assert say the same thing; thresholds come from the claims
-(rlcourse.generative.paretoslider.CLAIMS, rlcourse.generative.fdfo.CLAIMS), never from the last run.
+(rlcourse.studies.paretoslider.CLAIMS, rlcourse.generative.fdfo.CLAIMS), never from the last run.
 """
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ import rlcourse
 
 @pytest.mark.claims
 def test_paretoslider_one_conditioned_model_matches_the_fixed_models():
-    from rlcourse.generative.paretoslider import paretoslider_verdicts, run_paretoslider_experiment
+    from rlcourse.studies.paretoslider import paretoslider_verdicts, run_paretoslider_experiment
 
     prof = rlcourse.profile("book")
     res = run_paretoslider_experiment(prof)

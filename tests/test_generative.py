@@ -9,6 +9,7 @@ import torch
 from rlcourse.generative import flow as F
 from rlcourse.generative import paretoslider as PS
 from rlcourse.profiles import one_torch_thread
+from rlcourse.studies import paretoslider as PSS
 
 
 @pytest.fixture(autouse=True)
@@ -379,7 +380,7 @@ def test_digits_classifier_is_a_calibrated_probability_model():
 def test_verdict_functions_pair_the_arms_by_seed():
     hv = {"hv_cond": np.array([1.0, 1.1, 1.2, 1.0, 1.05]), "hv_fixed": np.array([1.0, 1.0, 1.1, 1.0, 1.0]),
           "hv_fixed_eq": np.array([0.5, 0.6, 0.55, 0.5, 0.6]), "hv_early": np.array([0.9, 1.0, 1.1, 0.9, 1.0])}
-    v = PS.paretoslider_verdicts(hv)
+    v = PSS.paretoslider_verdicts(hv)
     assert v["matches"].method_values == pytest.approx((hv["hv_cond"] / hv["hv_fixed"]).tolist())
     assert v["matches"].verdict == "holds" and v["equal-calls"].verdict == "holds"
     assert v["late-vs-early"].effect == pytest.approx(0.09) and v["late-vs-early"].verdict == "holds"

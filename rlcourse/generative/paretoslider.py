@@ -6,21 +6,19 @@ preference vector ``omega`` on the simplex, drawn afresh for every group during 
 normalised per objective inside the group and only then combined with ``omega`` ("late
 scalarisation"); the policy loss is DiffusionNFT's forward-process loss.
 
-The experiment (:func:`run_paretoslider_experiment`) fine-tunes the cached flow models of
-:mod:`rlcourse.generative.flow` on two conflicting rewards, in 2-D and on 8x8 digits.
+Here are the method's parts, the two tasks' rewards and the evaluation of a front; the chapter's
+experiment, which fine-tunes the cached flow models of :mod:`rlcourse.generative.flow` on two conflicting
+rewards in 2-D and on 8x8 digits, is :mod:`rlcourse.studies.paretoslider`.
 """
 from __future__ import annotations
 
 import copy
-import time
 
 import numpy as np
 import torch
 
-from ..claims import Claim, evaluate
 from ..ops import group_stats
-from ..profiles import Profile, one_torch_thread, profile as current_profile
-from .flow import VelocityMLP, digits_classifier, linear_path, load_flow, ring_centres, sample_ode
+from .flow import VelocityMLP, linear_path, sample_ode
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,7 +236,7 @@ def hypervolume_2d(points: np.ndarray, ref: tuple[float, float]) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# the experiment
+# the experiment's rewards, training loop and evaluation
 # ----------------------------------------------------------------------------------------------
 REWARD2_SCALE = 4.0  # the 2-D task's second reward model reports in different units
 
@@ -323,170 +321,3 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman rank correlation of two 1-D arrays (no ties expected)."""
     ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
     return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def run_paretoslider_experiment(prof: Profile | None = None) -> dict:
-    """One omega-conditioned model against separate fixed-omega models, in 2-D and on digits.
-
-    2-D (ring; rewards :func:`ring_rewards`, ``r1 = cos theta`` and ``r2 = 4 sin theta`` of each
-    sample's angle): for each of the profile's ``toy_seeds`` seeds, train (a) one fixed model per
-    omega_1 in {0, .25, .5, .75, 1}, (b) one conditioned model with late scalarisation, (c) one
-    conditioned model with early scalarisation, (d) the fixed models again with a fifth of the
-    iterations each, so that the five together use as many reward calls as the one conditioned model
-    (equal total reward calls). Objectives are reported in natural units
-    ``(J1, J2) = (E cos theta, E sin theta)`` (:func:`ring_objectives`); the hypervolume uses the
-    reference point (-1, -1).
-    Digits (rewards P(0), P(1) from a logistic-regression classifier): a conditioned model and fixed
-    models at omega_1 in {0, 0.5, 1}.
-
-    Returns a dict of numpy arrays and floats (see the chapter for the keys).
-    """
-    with one_torch_thread():
-        return _run(prof or current_profile())
-
-
-def _run(prof: Profile) -> dict:
-    t_start = time.perf_counter()
-    fixed = [0.0, 0.25, 0.5, 0.75, 1.0]
-    grid = np.linspace(0, 1, 11)
-    seeds = prof.toy_seeds
-    iters = prof.pick(6, 150, 400)
-    eq_iters = max(1, iters // len(fixed))  # equal total reward calls: five fixed runs = one conditioned run
-    groups, gsize = prof.pick(4, 8, 16), prof.pick(8, 16, 16)
-    lr = 1e-3
-    n_eval = prof.pick(256, 2000, 5000)
-    ode_steps = prof.pick(6, 10, 20)
-    ref = (-1.0, -1.0)
-    objective = ring_objectives
-
-    base, base_info = load_flow("ring", prof)
-    res: dict = {"fixed_omegas": np.array(fixed), "grid": grid, "seeds": seeds, "iters": iters,
-                 "batch": groups * gsize, "ring_pretrain_s": base_info["seconds"], "ref": np.array(ref)}
-    res["base_J"] = evaluate_front(base, [0.5], objective, n_eval, ode_steps)[0]
-    fixed_J = np.zeros((seeds, len(fixed), 2))
-    fixed_eq_J = np.zeros((seeds, len(fixed), 2))
-    cond_J = np.zeros((seeds, len(grid), 2))
-    early_J = np.zeros((seeds, len(grid), 2))
-    samples = {}
-    for s in range(seeds):
-        for i, w1 in enumerate(fixed):
-            m = copy.deepcopy(base).train()
-            train_slider(m, ring_rewards, iters, groups, gsize, lr, fixed_omega=w1, seed=100 * s + i,
-                         ode_steps=ode_steps)
-            fixed_J[s, i] = evaluate_front(m, [w1], objective, n_eval, ode_steps)[0]
-            m = copy.deepcopy(base).train()
-            train_slider(m, ring_rewards, eq_iters, groups, gsize, lr, fixed_omega=w1, seed=100 * s + i,
-                         ode_steps=ode_steps)
-            fixed_eq_J[s, i] = evaluate_front(m, [w1], objective, n_eval, ode_steps)[0]
-        for kind, store in (("late", cond_J), ("early", early_J)):
-            m = copy.deepcopy(base).train()
-            log = train_slider(m, ring_rewards, iters, groups, gsize, lr, scalarisation=kind, seed=100 * s + 50,
-                               ode_steps=ode_steps)
-            store[s] = evaluate_front(m, grid, objective, n_eval, ode_steps)
-            if s == 0 and kind == "late":
-                res["cond_reward_calls"] = log["reward_calls"]
-                x0 = torch.randn(600, 2, generator=torch.Generator().manual_seed(7))
-                with torch.no_grad():
-                    samples = {w1: sample_ode(m, x0, ode_steps, torch.full((600, 1), 2 * w1 - 1)).numpy()
-                               for w1 in (0.0, 0.5, 1.0)}
-                    samples["base"] = sample_ode(base, x0, ode_steps).numpy()
-    res["fixed_reward_calls"] = iters * groups * gsize * len(fixed)
-    res["eq_iters"] = eq_iters
-    res["fixed_eq_reward_calls"] = eq_iters * groups * gsize * len(fixed)
-    res["fixed_eq_J"] = fixed_eq_J
-    res["hv_fixed_eq"] = np.array([hypervolume_2d(fixed_eq_J[s], ref) for s in range(seeds)])
-    on_fixed = [int(np.argmin(np.abs(grid - w))) for w in fixed]
-    res["fixed_J"], res["cond_J"], res["early_J"] = fixed_J, cond_J, early_J
-    res["hv_fixed"] = np.array([hypervolume_2d(fixed_J[s], ref) for s in range(seeds)])
-    res["hv_cond"] = np.array([hypervolume_2d(cond_J[s, on_fixed], ref) for s in range(seeds)])
-    res["hv_cond_grid"] = np.array([hypervolume_2d(cond_J[s], ref) for s in range(seeds)])
-    res["hv_early"] = np.array([hypervolume_2d(early_J[s, on_fixed], ref) for s in range(seeds)])
-    res["spearman_J1"] = np.array([spearman(grid, cond_J[s, :, 0]) for s in range(seeds)])
-    res["spearman_J2"] = np.array([spearman(grid, cond_J[s, :, 1]) for s in range(seeds)])
-    res["monotone_J1"] = np.array([float(np.all(np.diff(cond_J[s, :, 0]) > 0)) for s in range(seeds)])
-    res["monotone_J2"] = np.array([float(np.all(np.diff(cond_J[s, :, 1]) < 0)) for s in range(seeds)])
-    res["ring_samples"] = samples
-    res["centres"] = ring_centres().numpy()
-
-    # ---- digits ----
-    dbase, dinfo = load_flow("digits", prof)
-    clf = digits_classifier()
-    dreward = lambda x: digits_rewards(clf, x)  # noqa: E731
-    d_iters = prof.pick(4, 100, 400)
-    d_fixed = [0.0, 0.5, 1.0]
-    d_grid = np.linspace(0, 1, 5)
-    res["digits_pretrain_s"] = dinfo["seconds"]
-    res["digits_fixed_omegas"], res["digits_grid"], res["digits_iters"] = np.array(d_fixed), d_grid, d_iters
-    res["digits_base_J"] = evaluate_front(dbase, [0.5], dreward, n_eval // 2, ode_steps)[0]
-    dJ = []
-    for i, w1 in enumerate(d_fixed):
-        m = copy.deepcopy(dbase).train()
-        train_slider(m, dreward, d_iters, groups, gsize, lr, fixed_omega=w1, seed=900 + i, ode_steps=ode_steps)
-        dJ.append(evaluate_front(m, [w1], dreward, n_eval // 2, ode_steps)[0])
-    res["digits_fixed_J"] = np.array(dJ)
-    m = copy.deepcopy(dbase).train()
-    train_slider(m, dreward, d_iters, groups, gsize, lr, seed=950, ode_steps=ode_steps)
-    res["digits_cond_J"] = evaluate_front(m, d_grid, dreward, n_eval // 2, ode_steps)
-    res["digits_hv_fixed"] = hypervolume_2d(res["digits_fixed_J"], (0.0, 0.0))
-    res["digits_hv_cond"] = hypervolume_2d(res["digits_cond_J"][[0, 2, 4]], (0.0, 0.0))
-    x0 = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        res["digits_images"] = np.stack([sample_ode(m, x0, ode_steps, torch.full((8, 1), 2 * float(w) - 1))
-                                         .clamp(-1, 1).numpy()
-                                         for w in d_grid])
-        res["digits_base_images"] = sample_ode(dbase, x0, ode_steps).clamp(-1, 1).numpy()
-    res["seconds"] = time.perf_counter() - t_start
-    return res
-
-
-# ----------------------------------------------------------------------------------------------
-# the chapter's claims
-# ----------------------------------------------------------------------------------------------
-PAPER = ("ParetoSlider: Diffusion Models Post-Training for Continuous Reward Control (Golan et al., 2026, "
-         "arXiv:2604.20816)")
-_MATCHES = ("Our single preference-conditioned model matches or exceeds the performance of baselines trained "
-            "separately for fixed reward trade-offs, while uniquely providing fine-grained control over "
-            "competing generative goals.")
-_SETTING = ("8-mode 2-D ring flow model (MLP velocity field), NFT loss, rewards cos(theta) and 4 sin(theta); "
-            "hypervolume of the objectives (E cos, E sin) at omega_1 in {0, .25, .5, .75, 1}, reference (-1, -1)")
-MATCH_TOLERANCE = 0.97  # "matches": at least 97% of the fixed models' hypervolume, fixed before the runs
-
-CLAIMS = {
-    "matches": Claim(
-        key="paretoslider/matches-fixed", paper=PAPER, statement=_MATCHES, source="abstract",
-        setting=_SETTING + "; each fixed model trained as long as the conditioned one (the paper's comparison)",
-        metric="hypervolume of the conditioned model / hypervolume of the five fixed models, per seed",
-        method="one conditioned model", baseline=None, reference=MATCH_TOLERANCE, kind="greater", margin=0.0,
-        paper_number="matches or exceeds (qualitative)"),
-    "equal-calls": Claim(
-        key="paretoslider/equal-calls", paper=PAPER, statement=_MATCHES, source="abstract",
-        setting=_SETTING + "; the five fixed models share the conditioned model's total reward calls "
-        "(a fifth of its iterations each)",
-        metric="hypervolume of the conditioned model / hypervolume of the five fixed models, per seed",
-        method="one conditioned model", baseline=None, reference=MATCH_TOLERANCE, kind="greater", margin=0.0,
-        paper_number="not reported (the paper compares per model)"),
-    "late-vs-early": Claim(
-        key="paretoslider/late-vs-early", paper=PAPER, source="the authors' code (per-objective group "
-        "normalisation before the weighted sum), and the abstract's case against early scalarisation",
-        statement="rewards are normalised per objective within each group before they are weighted (late "
-        "scalarisation), rather than weighted into one scalar first",
-        setting=_SETTING + "; the second reward is on a 4x larger scale",
-        metric="hypervolume of the conditioned model's front, per seed", method="late scalarisation",
-        baseline="early scalarisation", kind="greater", margin=0.0),
-}
-
-
-def paretoslider_verdicts(res: dict) -> dict:
-    """Evaluate :data:`CLAIMS` on :func:`run_paretoslider_experiment`'s output (paired by seed).
-
-    ========  ======  ==========================================================================
-    res       dict    ``hv_cond``, ``hv_fixed``, ``hv_fixed_eq``, ``hv_early``: ``(seeds,)`` each
-    returns   dict    claim name -> :class:`rlcourse.claims.Verdict`
-    ========  ======  ==========================================================================
-    """
-    sec = res.get("seconds")
-    return {
-        "matches": evaluate(CLAIMS["matches"], res["hv_cond"] / res["hv_fixed"], seconds=sec),
-        "equal-calls": evaluate(CLAIMS["equal-calls"], res["hv_cond"] / res["hv_fixed_eq"], seconds=sec),
-        "late-vs-early": evaluate(CLAIMS["late-vs-early"], res["hv_cond"], res["hv_early"], seconds=sec),
-    }
