@@ -140,7 +140,7 @@ def run_ppo_experiment(prof: Profile | None = None, seeds=None, arms=None, with_
 
 
 LR_GRID = (5e-5, 1e-4, 2e-4)  # the rates the rule chooses from (book profile)
-SELECTION_SEEDS = (10, 11, 12)  # seeds (and the held-out prompts they draw) the rule runs on; never 0-2
+SELECTION_SEEDS = (10, 11, 12)  # seeds (and the held-out prompts they draw) the rule runs on; disjoint from the reported seeds, which start at 0
 
 
 def choose_ppo_lr(prof: Profile | None = None, grid=None, seeds=None, steps: int | None = None,
