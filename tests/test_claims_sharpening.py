@@ -19,6 +19,13 @@ The chapter, executed in the book profile at 12:26 UTC the same day under load a
 cores, gave the same numbers (the runs are deterministic for their seeds) in 340 s (351 s wall,
 74 s user CPU; the LM experiment 287 s of it). This file passed in the book profile at 12:39 UTC
 (2 passed in 487 s, load about 12).
+
+Book run of 6 Dec 2026 (code f37f59b; toy 10 seeds, LM 5; Student-t intervals on the paired
+differences; the chapter executed in 142 s): toy task over sharpening +0.577 [0.575, 0.578] holds,
+self-reward seed dependence +0.105 [0.079, 0.130] holds; LM control +0.269 [0.245, 0.294] holds, task
+over sharpening +0.397 [0.348, 0.446] holds, self-reward seed dependence +0.291 [-0.010, 0.592]
+inconclusive (p = 0.028 one-sided, detectable effect 0.40 at these 5 seeds). The asserts below pin
+those verdicts.
 """
 import numpy as np
 import pytest
@@ -34,8 +41,8 @@ def test_toy_task_reward_beats_sharpening_and_self_reward_is_seed_dependent():
     v = S.toy_verdicts(out)
     acc = {rw: np.mean([r["accuracy"][-1] for r in rs]) for rw, rs in out["runs"].items()}
     assert acc["task"] > acc["base_loglik"], acc
-    assert v["task_vs_sharpening"].verdict != "does not hold"
-    assert v["self_unstable"].effect > 0, v["self_unstable"].sentence()
+    assert v["task_vs_sharpening"].verdict == "holds", v["task_vs_sharpening"].sentence()
+    assert v["self_unstable"].verdict == "holds", v["self_unstable"].sentence()
 
 
 def test_lm_task_reward_improves_and_beats_the_self_rewards():
@@ -43,5 +50,8 @@ def test_lm_task_reward_improves_and_beats_the_self_rewards():
     v = S.lm_verdicts(out)
     assert v["control"].effect > v["control"].claim.margin, v["control"].sentence()  # the setup can show a gain
     assert v["task_vs_sharpening"].effect > 0, v["task_vs_sharpening"].sentence()
-    assert v["task_vs_sharpening"].verdict != "does not hold"
+    assert v["control"].verdict == "holds", v["control"].sentence()
+    assert v["task_vs_sharpening"].verdict == "holds", v["task_vs_sharpening"].sentence()
+    # the self-reward's seed dependence: inconclusive at 5 seeds on 6 Dec 2026 (+0.291 [-0.010, 0.592])
     assert v["self_unstable"].effect > 0, v["self_unstable"].sentence()
+    assert v["self_unstable"].verdict == "inconclusive", v["self_unstable"].sentence()
