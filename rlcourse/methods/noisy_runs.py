@@ -144,6 +144,7 @@ LM_ARMS = {  # name: (rho0, rho1, mode)
     "clean": (0.0, 0.0, "sample"),
     "group 0.2": (0.2, 0.2, "group"),
     "group 0.3": (0.3, 0.3, "group"),
+    "sample 0.2": (0.2, 0.2, "sample"),
     "sample 0.3": (0.3, 0.3, "sample"),
     "sample 0.45": (0.45, 0.45, "sample"),
 }
@@ -262,6 +263,12 @@ CLAIMS = {
         paper_number="within about 2 points", setting=_LM + "; group-rollout noise 30%",
         metric="late-window held-out greedy accuracy", method="group noise 30%", baseline="clean",
         kind="equivalent", margin=0.02, control="noisy_verifiers/lm-control"),
+    "lm-sample-20": Claim(
+        key="noisy_verifiers/lm-sample-20", paper=PAPER,
+        statement=_STATED_20 + " [the paper's number is for group-rollout noise; here applied to per-sample noise]",
+        source=V2, paper_number="within 1 point", setting=_LM + "; per-sample noise 20%",
+        metric="late-window held-out greedy accuracy", method="per-sample noise 20%", baseline="clean",
+        kind="equivalent", margin=0.01, control="noisy_verifiers/lm-control"),
     "lm-sample-30": Claim(
         key="noisy_verifiers/lm-sample-30", paper=PAPER,
         statement=_STATED_30 + " [the paper's number is for group-rollout noise; here applied to per-sample noise]",
@@ -291,6 +298,7 @@ def lm_verdicts(r: dict) -> dict[str, Verdict]:
     return {
         "lm-group-20": evaluate(CLAIMS["lm-group-20"], L["group 0.2"], L["clean"], seconds=s, control=ctl),
         "lm-group-30": evaluate(CLAIMS["lm-group-30"], L["group 0.3"], L["clean"], seconds=s, control=ctl),
+        "lm-sample-20": evaluate(CLAIMS["lm-sample-20"], L["sample 0.2"], L["clean"], seconds=s, control=ctl),
         "lm-sample-30": evaluate(CLAIMS["lm-sample-30"], L["sample 0.3"], L["clean"], seconds=s, control=ctl),
         "lm-control": ctl,
         "lm-below-base": evaluate(CLAIMS["lm-below-base"], base, L["group 0.3"], seconds=s),
