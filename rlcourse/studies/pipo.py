@@ -279,14 +279,18 @@ def bandit_claims() -> dict[str, Claim]:
     out = {}
     for s in ("noisy", "noisy, high lr"):
         tag = s.replace(", ", "-").replace(" ", "-")
+        # the high rate (96) was chosen on the reported seeds after 32 gave inconclusive verdicts: a setting
+        # picked after looking tests a course hypothesis, not the paper's claim
+        role, note = (("course hypothesis", "; the rate was chosen after looking at these seeds")
+                      if s == "noisy, high lr" else ("paper claim", ""))
         out[f"{tag}/final"] = Claim(key=f"pipo/bandit-{tag}-final", statement="PIPO ends higher than its base "
-                                    f"algorithm [{s} setting]", metric=f"exact expected reward over the last "
+                                    f"algorithm [{s} setting{note}]", metric=f"exact expected reward over the last "
                                     f"tenth of training, {s}", method="GRPO+PIPO", baseline="GRPO",
-                                    kind="greater", **common)
+                                    kind="greater", role=role, **common)
         out[f"{tag}/drawdown"] = Claim(key=f"pipo/bandit-{tag}-drawdown", statement="PIPO suppresses or reverses updates "
-                                       f"that follow drops: smaller drawdowns [{s} setting]",
+                                       f"that follow drops: smaller drawdowns [{s} setting{note}]",
                                        metric=f"max drawdown of the 10-step moving average of the expected reward, {s}",
-                                       method="GRPO+PIPO", baseline="GRPO", kind="less", **common)
+                                       method="GRPO+PIPO", baseline="GRPO", kind="less", role=role, **common)
     out["noisy/final-equal-step"] = Claim(key="pipo/bandit-noisy-final-equal-step", statement="PIPO ends higher "
                                           "than its base algorithm, at an equal step [noisy setting: against GRPO "
                                           "with twice the learning rate, since a layback step re-applies about a "
