@@ -21,7 +21,9 @@ def test_gpu_check_tiny_on_cpu(tmp_path):
     assert r["tiny"] and r["training"]["tokens_per_second"] > 0 and r["mfu"] > 0
     assert r["rollout"]["rlcourse"]["tokens_per_second"] > 0 and r["rollout"]["generate"]["tokens_per_second"] > 0
     rl = r["rl_update"]  # rlcourse's own RL step, every row trained (rewards vary in each group)
-    assert rl["frac_rows_trained"] == 1.0 and rl["tokens_per_second"] > 0 and 0 < rl["mfu"] < 1
+    # MFU is a ratio of two timings (the update's FLOP/s over a matmul peak measured a moment before): on a
+    # machine shared with other jobs either can be slowed alone, so only its sign is a unit-test property
+    assert rl["frac_rows_trained"] == 1.0 and rl["tokens_per_second"] > 0 and rl["mfu"] > 0
 
 
 def test_flop_count_of_the_real_shape():
