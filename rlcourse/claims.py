@@ -18,6 +18,8 @@ kind          the claim                         holds when                      
 ============  ================================  ======================================  ============================
 greater       method exceeds baseline by > m    the 95% interval lies above ``m``       it lies at or below ``m``
 less          method is below baseline by > m   the 95% interval lies below ``-m``      it lies at or above ``-m``
+not worse     method is not below baseline      the 95% interval lies above ``-m``      it lies at or below ``-m``
+              by more than m (non-inferiority)
 equivalent    method within +-m of baseline     the 90% interval lies within ``+-m``    the 95% one lies outside
 ============  ================================  ======================================  ============================
 
@@ -56,7 +58,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-KINDS = ("greater", "less", "equivalent")
+KINDS = ("greater", "less", "equivalent", "not worse")
 VERDICTS = ("holds", "does not hold", "inconclusive", "uninformative")
 ROLES = ("paper claim", "positive control", "negative control", "course hypothesis")
 POWER = 0.8  # the power at which a verdict's smallest detectable effect is quoted
@@ -76,7 +78,7 @@ class Claim:
     metric        what we measure, per seed (e.g. "final greedy accuracy on 256 held-out prompts")
     method        the arm the claim is about (e.g. "GRPO")
     baseline      the arm it is compared with (e.g. "base model"), or ``None`` for a reference value
-    kind          ``greater``, ``less`` or ``equivalent`` (see the module docstring)
+    kind          ``greater``, ``less``, ``equivalent`` or ``not worse`` (see the module docstring)
     margin        the effect size that counts (``>= 0``), fixed before the run
     reference     the constant compared with when ``baseline`` is ``None`` (e.g. 0.9 for "90%")
     unit          how numbers are written: ``"{:.3f}"``-style format of the effect and values
@@ -133,6 +135,8 @@ class Claim:
                        f"does not hold if it lies at or below {m}",
             "less": f"holds if the 95% t-interval of {self.method} - {other} lies below -{m}; "
                     f"does not hold if it lies at or above -{m}",
+            "not worse": f"holds if the 95% t-interval of {self.method} - {other} lies above -{m}; "
+                         f"does not hold if it lies at or below -{m}",
             "equivalent": f"holds if the 90% t-interval of {self.method} - {other} lies within +-{m} "
                           f"(two one-sided tests at 5%); does not hold if the 95% interval lies wholly outside",
         }[self.kind]
@@ -210,7 +214,8 @@ class Verdict:
         else:
             test = " (two one-sided tests)" if c.kind == "equivalent" else ""
             stat = (f"a difference of {f(self.effect)}, {self.interval_name()}{test} {self.interval()} of the "
-                    f"paired differences, one-sided p = {self.p_value:.2g} at the margin {f(c.margin)}")
+                    f"paired differences, one-sided p = {self.p_value:.2g} at the margin "
+                    f"{f(-c.margin if c.kind == 'not worse' else c.margin)}")
         why = {
             "holds": "the claim holds",
             "does not hold": "the claim does not hold",
@@ -299,6 +304,9 @@ def decide(kind: str, margin: float, diffs, *, alpha: float = 0.05):
         elif kind == "less":
             out[hi < -margin] = "holds"
             out[lo >= -margin] = "does not hold"
+        elif kind == "not worse":
+            out[lo > -margin] = "holds"
+            out[hi <= -margin] = "does not hold"
         else:
             lo2, hi2 = t_interval(d, 1 - 2 * alpha)
             out[(lo > margin) | (hi < -margin)] = "does not hold"
@@ -328,9 +336,10 @@ def seeds_needed(sd: float, effect: float, *, margin: float = 0.0, kind: str = "
                  power: float = POWER, minimum: int = 3, maximum: int = 1000) -> int:
     """How many seeds a claim needs to detect ``effect`` with probability ``power``, from a pilot's per-seed
     spread ``sd`` of the paired differences: the smallest ``n >= minimum`` whose detectable effect is at
-    most ``|effect - margin|`` (``margin - |effect|`` for an equivalence claim). Choose it before the
+    most ``|effect| - margin`` (``margin - |effect|`` for an equivalence claim, ``effect + margin`` for a
+    non-inferiority one). Choose it before the
     reported run, from seeds the run does not use; raises when even ``maximum`` seeds would not do."""
-    gap = (margin - abs(effect)) if kind == "equivalent" else abs(effect) - margin
+    gap = {"equivalent": margin - abs(effect), "not worse": effect + margin}.get(kind, abs(effect) - margin)
     if gap <= 0:
         raise ValueError(f"an effect of {effect} cannot be told from the margin {margin} ({kind}) at any seed count")
     for n in range(max(2, minimum), maximum + 1):
@@ -349,6 +358,8 @@ def _p_value(kind: str, margin: float, d: np.ndarray) -> float:
         return float(above)
     if kind == "less":
         return float(below)
+    if kind == "not worse":
+        return float(stats.t.sf((mean + margin) / se, n - 1))  # H0: effect <= -margin
     return float(max(stats.t.sf((mean + margin) / se, n - 1), stats.t.cdf((mean - margin) / se, n - 1)))
 
 

@@ -9,7 +9,8 @@ report pages do) and is not in the cache yet is executed in one of ``--jobs`` wo
 stored in ``_build/.jupyter_cache`` exactly as myst-nb stores it (same reader, same executor, same
 ``execution_seconds`` record). The Sphinx build that follows finds every chapter cached ("Using cached
 notebook") and only renders. A chapter whose source changed hashes differently and runs again; one
-that did not is skipped, so a second ``make book`` executes only what changed.
+that did not is skipped, so a second ``make book`` executes only what changed. The cache holds one
+profile's executions: run in another profile, it is emptied first (:func:`cache_for_profile`).
 
 The kernels inherit this process's environment (``RLCOURSE_PROFILE``, ``RLCOURSE_LEDGER``,
 ``MPLBACKEND``: the Makefile sets them for both steps), and ``OMP_NUM_THREADS`` = cores / jobs unless
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -82,6 +84,22 @@ def _execute(job: tuple[str, int]) -> tuple[str, str | None, float, str | None]:
     return str(path), nbformat.writes(nb), result.time, None
 
 
+def cache_for_profile(profile: str, cache_dir: Path = CACHE) -> None:
+    """Empty ``cache_dir`` when it holds chapters executed in another profile, and mark it with ``profile``.
+
+    The cache's key is a chapter's source, not the sizes it ran at, so without this a chapter executed in
+    the smoke profile would be reused by a book-profile build (and its smoke verdicts shown as the book's).
+    A cache with no mark (made before marks were written) is treated as another profile's."""
+    mark = cache_dir / "PROFILE"
+    held = mark.read_text().strip() if mark.exists() else None
+    if cache_dir.exists() and any(cache_dir.iterdir()) and held != profile:
+        print(f"the execution cache {cache_dir} holds chapters executed in the {held or 'unmarked'} profile; "
+              f"emptying it for the {profile} profile", flush=True)
+        shutil.rmtree(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    mark.write_text(profile + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=1, help="chapters executed at once (default 1)")
@@ -100,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"not executable chapters of _toc.yml: {unknown}")
         chapters = [p for p in chapters if str(p.relative_to(ROOT).with_suffix("")) in args.only]
+    from rlcourse import profile as current_profile  # validates RLCOURSE_PROFILE (default "book")
+
+    cache_for_profile(current_profile().name)
     cache = get_cache(str(CACHE))
     todo = []
     for path in chapters:

@@ -27,6 +27,10 @@ def test_decision_table():
     assert decide("greater", 0.4, d) == "does not hold"  # surely below the margin
     assert decide("less", 0.0, [-x for x in d]) == "holds"
     assert decide("less", 0.0, d) == "does not hold"
+    # non-inferiority: [0.102, 0.298] - 0.2 = [-0.098, 0.098] lies above -0.1, not above -0.09
+    assert decide("not worse", 0.1, [x - 0.2 for x in d]) == "holds"
+    assert decide("not worse", 0.09, [x - 0.2 for x in d]) == "inconclusive"
+    assert decide("not worse", 0.0, [-x for x in d]) == "does not hold"
     # equivalence by TOST on the 90% interval: [0.125, 0.275] lies within +-0.28, not within +-0.27
     assert decide("equivalent", 0.28, d) == "holds"
     assert decide("equivalent", 0.27, d) == "inconclusive"
@@ -75,20 +79,22 @@ def _within(rate, nominal, reps, *, conservative_ok):
 @pytest.mark.parametrize("n", [3, 5, 8, 20])
 def test_the_decision_rule_keeps_its_error_rates_under_the_null(n, dist):
     """Simulate the null of each kind of claim through ``decide`` (the whole rule) with the true effect
-    exactly on the margin: a directional claim must "hold" at most 2.5% of the time, an equivalence claim
-    at most 5%, and the 95% interval must cover the true mean 95% of the time; exactly so (within Monte
-    Carlo error) for normal differences, at most so for heavy-tailed ones (t with 3 df)."""
+    exactly on the margin (``-m`` for non-inferiority): a directional claim must "hold" at most 2.5% of
+    the time, an equivalence claim at most 5%, and the 95% interval must cover the true mean 95% of the
+    time; exactly so (within Monte Carlo error) for normal differences, at most so for heavy-tailed ones (t with 3 df)."""
     rng = np.random.default_rng(1000 * n + (dist == "t3"))
     noise = _noise(rng, dist, n)
     exact = dist == "normal"
     greater = np.mean(decide("greater", 0.1, 0.1 + noise) == "holds")
     less = np.mean(decide("less", 0.1, -0.1 + noise) == "holds")
+    not_worse = np.mean(decide("not worse", 0.1, -0.1 + noise) == "holds")
     # equivalence at its margin: the noise is small beside the margin, so both one-sided tests bite
     equivalent = np.mean(decide("equivalent", 1.0, 1.0 + 0.1 * noise) == "holds")
     lo, hi = t_interval(noise, 0.95)
     coverage = np.mean((lo <= 0) & (0 <= hi))
     assert _within(greater, 0.025, REPS, conservative_ok=not exact), (n, dist, greater)
     assert _within(less, 0.025, REPS, conservative_ok=not exact), (n, dist, less)
+    assert _within(not_worse, 0.025, REPS, conservative_ok=not exact), (n, dist, not_worse)
     assert _within(equivalent, 0.05, REPS, conservative_ok=not exact), (n, dist, equivalent)
     assert _within(1 - coverage, 0.05, REPS, conservative_ok=not exact), (n, dist, coverage)
 

@@ -33,3 +33,18 @@ def test_bad_arguments_are_named():
         execute_book.main(["--jobs", "0"])
     with pytest.raises(SystemExit):
         execute_book.main(["--only", "book/no_such_chapter"])
+
+
+def test_the_cache_holds_one_profiles_executions(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    execute_book.cache_for_profile("smoke", cache)
+    (cache / "executed.ipynb").write_text("{}")  # stands for a chapter executed in the smoke profile
+    execute_book.cache_for_profile("smoke", cache)
+    assert (cache / "executed.ipynb").exists()  # same profile: kept
+    execute_book.cache_for_profile("book", cache)
+    assert not (cache / "executed.ipynb").exists() and (cache / "PROFILE").read_text() == "book\n"
+    assert "executed in the smoke profile; emptying it for the book profile" in capsys.readouterr().out
+    (cache / "PROFILE").unlink()
+    (cache / "old.ipynb").write_text("{}")  # a cache made before marks: not trusted
+    execute_book.cache_for_profile("book", cache)
+    assert not (cache / "old.ipynb").exists()
