@@ -24,8 +24,9 @@ For the training loop, the module registers the task ``"frozenlake"`` (examples 
 ``"multiturn"`` (``G`` episodes per prompt, environment replies in ``attention`` but not in
 ``response_mask``, ``extras["turn_index"]``, and optionally a behaviour policy ``lag`` steps old).
 :func:`play_episodes` takes any environment with the text ``reset``/``step`` interface of
-:class:`~rlcourse.envs.frozenlake.TextFrozenLake`, but the registered sampler plays only the text
-FrozenLake: another environment needs its own (small) sampler around :func:`play_episodes`.
+:class:`~rlcourse.envs.frozenlake.TextFrozenLake`; the sampler builds one per row with the text
+environment named by its ``env`` keyword, from :data:`TEXT_ENVS` (the book registers ``"frozenlake"``;
+:func:`register_text_env` adds another, with its task).
 """
 from __future__ import annotations
 
@@ -235,6 +236,31 @@ class FrozenLakeTask(Task):
 
 register_task("frozenlake")(FrozenLakeTask)
 
+TEXT_ENVS: dict[str, Callable] = {}
+"""The text environments the ``"multiturn"`` sampler can play, by name: each a function
+``(example, max_turns) -> (env, reset_kwargs)`` that builds the environment an example of its task is
+played in, or raises ``ValueError`` naming what the example lacks."""
+
+
+def register_text_env(name: str):
+    """Decorator: register ``fn(example, max_turns) -> (env, reset_kwargs)`` in :data:`TEXT_ENVS`."""
+    def deco(fn):
+        if name in TEXT_ENVS:
+            raise ValueError(f"text environment {name!r} is already registered")
+        TEXT_ENVS[name] = fn
+        return fn
+    return deco
+
+
+@register_text_env("frozenlake")
+def frozenlake_env(example: Example, max_turns: int):
+    """The text FrozenLake of an example of the ``frozenlake`` task (its map is ``meta['map_seed']``)."""
+    if "map_seed" not in example.meta:
+        raise ValueError(f"the 'frozenlake' environment plays the 'frozenlake' task; example {example.prompt!r} "
+                         "has no meta['map_seed']")
+    env = TextFrozenLake(size=example.meta.get("size", 4), max_turns=max_turns)
+    return env, {"options": {"map_seed": example.meta["map_seed"]}}
+
 STATE_KEY = "multiturn"
 
 
@@ -258,9 +284,10 @@ def lagged_policy(model, state: dict, lag: int):
 
 @register_sampler("multiturn")
 def multiturn_sampler(model, tokenizer, prompts, config, generator, state, examples=None, lag: int = 0,
-                      max_turns: int | None = None, tokens_per_turn: int = 2) -> RolloutBatch:
-    """``G = config.num_generations`` FrozenLake episodes per prompt, one row each, with the behaviour
-    policy of ``lag`` steps (sampler calls) ago (:func:`lagged_policy`; its log-probs are the batch's ``logprobs``).
+                      max_turns: int | None = None, tokens_per_turn: int = 2, env: str = "frozenlake") -> RolloutBatch:
+    """``G = config.num_generations`` episodes per prompt in the text environment ``env`` (a name in
+    :data:`TEXT_ENVS`), one row each, with the behaviour policy of ``lag`` steps (sampler calls) ago
+    (:func:`lagged_policy`; its log-probs are the batch's ``logprobs``).
 
     ================ ========= =======================================================
     response_mask    ``(B,T)`` 1 on the agent's tokens; environment replies are 0
@@ -271,30 +298,27 @@ def multiturn_sampler(model, tokenizer, prompts, config, generator, state, examp
     truncated        ``(B,)``  episodes that ran out of turns
     ================ ========= =======================================================
 
-    Needs the step's examples of the ``frozenlake`` task (``meta['map_seed']``); temperature sampling
-    only (``top_k``/``top_p`` are refused). With ``lag > 0`` no entropy is recorded (it would be the
-    old policy's), so the trainer computes the current one.
+    Needs the step's examples of the environment's task (for ``"frozenlake"``, ``meta['map_seed']``);
+    temperature sampling only (``top_k``/``top_p`` are refused). With ``lag > 0`` no entropy is
+    recorded (it would be the old policy's), so the trainer computes the current one.
     """
+    if env not in TEXT_ENVS:
+        raise ValueError(f"unknown text environment {env!r}; registered: {sorted(TEXT_ENVS)}")
     if examples is None:
-        raise ValueError("the multiturn sampler needs the step's examples of the 'frozenlake' task "
+        raise ValueError(f"the multiturn sampler needs the step's examples of the {env!r} environment's task "
                          "(the trainer passes them)")
     if len(examples) != len(prompts) or any(e.prompt != p for e, p in zip(examples, prompts)):
         raise ValueError("multiturn: examples must be the examples of the prompts, in order")
-    for e in examples:
-        if "map_seed" not in e.meta:
-            raise ValueError(f"the multiturn sampler plays the 'frozenlake' task; example {e.prompt!r} has no "
-                             "meta['map_seed']")
     if config.top_k or config.top_p != 1.0:
         raise ValueError(f"the multiturn sampler samples at a temperature only; got top_k={config.top_k}, "
                          f"top_p={config.top_p}")
     G = config.num_generations
     per_row = [e for e in examples for _ in range(G)]
     turns = max_turns or per_row[0].meta.get("max_turns", 8)
-    envs = [TextFrozenLake(size=e.meta.get("size", 4), max_turns=turns) for e in per_row]
+    built = [TEXT_ENVS[env](e, turns) for e in per_row]
     behaviour = lagged_policy(model, state, lag)
-    ep = play_episodes(behaviour, tokenizer, envs, [{"options": {"map_seed": e.meta["map_seed"]}} for e in per_row],
-                       max_turns=turns, tokens_per_turn=tokens_per_turn, temperature=config.temperature,
-                       generator=generator)
+    ep = play_episodes(behaviour, tokenizer, [b[0] for b in built], [b[1] for b in built], max_turns=turns,
+                       tokens_per_turn=tokens_per_turn, temperature=config.temperature, generator=generator)
     if ep.prompts != [e.prompt for e in per_row]:
         raise ValueError("multiturn: the environment's first observation differs from the example's prompt")
     p_ids, p_mask = encode_prompts(tokenizer, ep.prompts)

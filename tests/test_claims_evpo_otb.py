@@ -4,13 +4,15 @@ import numpy as np
 import pytest
 
 import rlcourse
+from rlcourse.claims import decide
 
 
 @pytest.mark.claims
 def test_evpo_verdicts():
     """The book run of 5 Dec 2026 under the t-interval rule (8 seeds, 40 s): informative +0.0025 [0.0016,
     0.0034] holds; noise +0.0001 [-0.0003, 0.0005] inconclusive; gate +0.93 [0.91, 0.96] holds (the same
-    verdicts as under the earlier rule). The 2% slack on the variance below is an allowance, not derived."""
+    verdicts as under the earlier rule). Mean advantage variance (6 Dec): informative PPO 0.1648, GRPO
+    0.1872, EVPO 0.1516; noise PPO 0.2147, GRPO 0.1880, EVPO 0.1877."""
     from rlcourse.studies.evpo import evpo_verdicts, run_evpo_experiment
     out = run_evpo_experiment(rlcourse.profile("book"))
     v = evpo_verdicts(out["results"])
@@ -22,12 +24,17 @@ def test_evpo_verdicts():
     assert v["noise"].verdict == "inconclusive"
     # the gate moves from the mean branch to the critic as the critic matures
     assert v["gate"].verdict == "holds"
-    # the per-batch guarantee: EVPO's advantage variance is at most the better fixed baseline's (2% slack
-    # for the leave-one-out group mean, which the gate does not compare against)
-    s = out["summary"]
+    # EVPO's advantage variance against the better fixed baseline's, per seed (each run's mean over
+    # steps). No theorem bounds it: the gate guarantees, per batch, only Var(R - V) < Var(R) when it
+    # takes the critic, while the mean branch's leave-one-out advantage is G/(G-1) times the centred
+    # reward, whose variance may exceed Var(R) by up to (G/(G-1))^2 - 1 (78% at G = 4); and the arms
+    # train different policies. So the assertion is statistical: the seeds must not show EVPO's variance
+    # above the better arm's (the 95% t-interval of the paired differences does not lie above 0).
+    r = out["runs"]
     for critic in ("informative", "noise"):
-        best_var = min(s[(critic, "ppo")]["adv_var"], s[(critic, "grpo")]["adv_var"])
-        assert s[(critic, "evpo")]["adv_var"] <= best_var * 1.02, critic
+        var = {m: r[(critic, m)]["adv_var"].mean(1) for m in ("ppo", "grpo", "evpo")}
+        best = min(("ppo", "grpo"), key=lambda m: var[m].mean())
+        assert decide("greater", 0.0, var["evpo"] - var[best]) != "holds", (critic, best, var)
 
 
 @pytest.mark.claims

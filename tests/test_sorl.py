@@ -188,6 +188,34 @@ def test_sampler_refuses_other_tasks_by_name(tiny):
     ex = get_task("addition").examples(2, seed=0)
     with pytest.raises(ValueError, match="'map_seed'"):
         multiturn_sampler(model, tok, [e.prompt for e in ex], RLConfig(num_generations=2), None, {}, ex)
+    with pytest.raises(ValueError, match="unknown text environment 'maze'; registered: .*'frozenlake'"):
+        multiturn_sampler(model, tok, [e.prompt for e in ex], RLConfig(num_generations=2), None, {}, ex, env="maze")
+
+
+def test_a_registered_text_environment_is_played_by_name(tiny):
+    """The sampler builds each row's environment with the function registered under ``env``: a FrozenLake
+    registered under a second name (with a different size rule) is played exactly as that name says."""
+    from rlcourse.envs.frozenlake import TextFrozenLake
+    from rlcourse.multiturn import TEXT_ENVS, register_text_env
+    model, tok = tiny
+    ex = get_task("frozenlake").examples(2, seed=0)
+    made = []
+
+    @register_text_env("frozenlake-logged")
+    def logged(example, max_turns):
+        made.append(example.meta["map_seed"])
+        return TextFrozenLake(size=4, max_turns=max_turns), {"options": {"map_seed": example.meta["map_seed"]}}
+    try:
+        cfg = RLConfig(num_generations=2)
+        a = multiturn_sampler(model, tok, [e.prompt for e in ex], cfg, torch.Generator().manual_seed(0), {}, ex,
+                              env="frozenlake-logged")
+        b = multiturn_sampler(model, tok, [e.prompt for e in ex], cfg, torch.Generator().manual_seed(0), {}, ex)
+        assert made == [e.meta["map_seed"] for e in ex for _ in range(2)]
+        assert torch.equal(a.response_ids, b.response_ids) and a.texts == b.texts
+        with pytest.raises(ValueError, match="already registered"):
+            register_text_env("frozenlake")(logged)
+    finally:
+        TEXT_ENVS.pop("frozenlake-logged", None)
 
 
 def test_lagged_behaviour_logprobs_and_exact_resume(tiny, tmp_path):
