@@ -39,6 +39,7 @@ import torch
 from .envs.frozenlake import TextFrozenLake
 from .lagged import behaviour_policy, trainable_weights
 from .lm.sampling import RolloutBatch, encode_prompts, sample
+from .registry import Registry
 from .rollout import register_sampler
 from .snapshots import push_lagged
 from .tasks import Example, Score, Task, register_task
@@ -236,20 +237,12 @@ class FrozenLakeTask(Task):
 
 register_task("frozenlake")(FrozenLakeTask)
 
-TEXT_ENVS: dict[str, Callable] = {}
+TEXT_ENVS: Registry = Registry("text environment")
 """The text environments the ``"multiturn"`` sampler can play, by name: each a function
 ``(example, max_turns) -> (env, reset_kwargs)`` that builds the environment an example of its task is
-played in, or raises ``ValueError`` naming what the example lacks."""
-
-
-def register_text_env(name: str):
-    """Decorator: register ``fn(example, max_turns) -> (env, reset_kwargs)`` in :data:`TEXT_ENVS`."""
-    def deco(fn):
-        if name in TEXT_ENVS:
-            raise ValueError(f"text environment {name!r} is already registered")
-        TEXT_ENVS[name] = fn
-        return fn
-    return deco
+played in, or raises ``ValueError`` naming what the example lacks. Add one with
+``@register_text_env(name)``."""
+register_text_env = TEXT_ENVS.register
 
 
 @register_text_env("frozenlake")
@@ -302,8 +295,7 @@ def multiturn_sampler(model, tokenizer, prompts, config, generator, state, examp
     temperature sampling only (``top_k``/``top_p`` are refused). With ``lag > 0`` no entropy is
     recorded (it would be the old policy's), so the trainer computes the current one.
     """
-    if env not in TEXT_ENVS:
-        raise ValueError(f"unknown text environment {env!r}; registered: {sorted(TEXT_ENVS)}")
+    make_env = TEXT_ENVS.get(env)  # an unknown name is a ValueError listing the registered ones
     if examples is None:
         raise ValueError(f"the multiturn sampler needs the step's examples of the {env!r} environment's task "
                          "(the trainer passes them)")
@@ -315,7 +307,7 @@ def multiturn_sampler(model, tokenizer, prompts, config, generator, state, examp
     G = config.num_generations
     per_row = [e for e in examples for _ in range(G)]
     turns = max_turns or per_row[0].meta.get("max_turns", 8)
-    built = [TEXT_ENVS[env](e, turns) for e in per_row]
+    built = [make_env(e, turns) for e in per_row]
     behaviour = lagged_policy(model, state, lag)
     ep = play_episodes(behaviour, tokenizer, [b[0] for b in built], [b[1] for b in built], max_turns=turns,
                        tokens_per_turn=tokens_per_turn, temperature=config.temperature, generator=generator)

@@ -215,7 +215,7 @@ def test_a_registered_text_environment_is_played_by_name(tiny):
         with pytest.raises(ValueError, match="already registered"):
             register_text_env("frozenlake")(logged)
     finally:
-        TEXT_ENVS.pop("frozenlake-logged", None)
+        TEXT_ENVS._items.pop("frozenlake-logged", None)
 
 
 def test_lagged_behaviour_logprobs_and_exact_resume(tiny, tmp_path):
