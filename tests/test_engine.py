@@ -1,4 +1,6 @@
 """The lean decoding engine computes what ``transformers`` computes, and the sampler draws what it should."""
+import copy
+
 import pytest
 import torch
 
@@ -108,6 +110,21 @@ def test_lean_engine_errors(tok, model):
     finally:
         handle.remove()
     assert lean_engine_supports(model)
+
+
+def test_transformers_output_recording_hooks_keep_the_lean_engine(tok, model):
+    """A forward asking for hidden states makes transformers install hooks that record them (and do
+    nothing otherwise). They do not send later rollouts to the "hf" path: a resumed run, whose first
+    rollout comes before any such forward, samples on the same path as the uninterrupted one."""
+    m = copy.deepcopy(model)
+    ids = torch.full((2, 4), 5)
+    m(input_ids=ids, output_hidden_states=True)
+    assert any(mod._forward_hooks for mod in m.modules())  # transformers' recorders are installed
+    assert lean_engine_supports(m)
+    fresh = [sample(x, tok, PROMPTS, num_generations=2, max_new_tokens=4, generator=torch.Generator().manual_seed(0))
+             for x in (copy.deepcopy(model), m)]
+    assert torch.equal(fresh[0].response_ids, fresh[1].response_ids)
+    assert torch.equal(fresh[0].logprobs, fresh[1].logprobs)  # the same (lean) path, bit for bit
 
 
 def test_shared_prefix_logprobs_equal_full_forward_with_gradients(tok, model):

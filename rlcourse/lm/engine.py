@@ -31,7 +31,8 @@ def lean_engine_refusal(model: torch.nn.Module) -> str | None:
 
     It runs a ``LlamaForCausalLM`` without biases or attention dropout, with the default rotary
     embedding and plain ``nn.Linear`` projections (what :func:`~rlcourse.lm.build_model` makes), and
-    with no forward hook on any module: it reads the weights directly, so an adapter wrapped around a
+    with no forward hook on any module (but transformers' output-recording ones, :func:`_records_only`):
+    it reads the weights directly, so an adapter wrapped around a
     projection, a hook that edits a module's output (R2PO's rollout head,
     :mod:`rlcourse.methods.r2po`) or FSDP's unsharding pre-hooks would be skipped without a word.
     """
@@ -47,10 +48,20 @@ def lean_engine_refusal(model: torch.nn.Module) -> str | None:
             for name in names:
                 if type(getattr(getattr(layer, block), name, None)) is not torch.nn.Linear:
                     return f"{block}.{name} is not a plain nn.Linear (an adapter around it would be skipped)"
-    hooked = [name or "the model" for name, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+    hooked = [name or "the model" for name, m in model.named_modules()
+              if m._forward_pre_hooks or any(not _records_only(h) for h in m._forward_hooks.values())]
     if hooked:
         return f"forward hooks on {', '.join(hooked[:3])} would be skipped"
     return None
+
+
+def _records_only(hook) -> bool:
+    """True for the hooks transformers installs, at the first forward that asks for hidden states or
+    attentions, to collect them (``transformers.utils.output_capturing``): they never change an output
+    and record nothing unless a forward asks, which the lean engine never does. Refusing them would send
+    every later rollout of such a model to the slower ``"hf"`` path, and a resumed run (whose first
+    rollout comes before any such forward) to a different path from the uninterrupted one."""
+    return getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
 
 
 def lean_engine_supports(model: torch.nn.Module) -> bool:
