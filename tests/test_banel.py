@@ -234,3 +234,19 @@ def test_studies_cells_stand_alone():
             run("no such arm", 0, dict(study.sizes))
     with pytest.raises(ValueError, match="the arms are .*'attacker samples'"):
         S.run_attack_base_cell("banel", 0, dict(base.sizes))
+
+
+def test_distil_run_fine_tunes_a_copy_on_accepted_posterior_samples():
+    """The distillation exercise: the attacker itself is not changed (a copy is fine-tuned), the samples
+    distilled are accepted ones, the reward evaluations are the BaNEL run's alone, and every rate is a
+    share of the fresh samples."""
+    P = rlcourse.profile("smoke")
+    before = {k: v.clone() for k, v in S.load_attacker(P)[0].state_dict().items()}
+    r = S.distil_run(0, P, n_distil=16, sft_steps=3)
+    after = S.load_attacker(P)[0].state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    sz = S.attack_sizes(P)
+    assert r["nre"] == max(1, sz["budget"] // (sz["prompts"] * sz["G"])) * sz["prompts"] * sz["G"]
+    assert 0 < r["distilled"] <= 16 and len(r["sft_losses"]) == 3
+    assert set(r["rates"]) == {"attacker", "posterior", "distilled"}
+    assert all(0 <= v <= 1 and v * r["samples"] == round(v * r["samples"]) for v in r["rates"].values())

@@ -261,13 +261,80 @@ def attack_run(arm: str, seed: int, budget: int, prof: Profile | None = None, pr
         trainer.train()
         hits = list(trainer.state.get("attack_log", []))
         if arm == "banel":
-            regions = [ratio_region(load_failure_model(model, w), 1.0) for w in trainer.state["banel"]["regions"]]
+            regions = learned_regions(model, trainer.state)
             final_b, _ = draw_posterior(model, tok, tags, n_eval // prompts, regions, gen, oversample=oversample)
         else:
             final_b = sample(model, tok, tags, num_generations=n_eval // prompts, max_new_tokens=8, generator=gen)
     rate, kinds = _final_rate(final_b.texts, target)
     return {"arm": arm, "seed": seed, "budget": budget, "found": len(hits), "distinct": len({q for _, q in hits}),
             "hits": hits, "final_rate": rate, "final_kinds": kinds, "seconds": time.perf_counter() - start}
+
+
+def learned_regions(model, state: dict, tau: float = 1.0) -> list:
+    """The rejection regions a ``banel`` sampler run learned (one per round, from ``state["banel"]``), as
+    tests ``(batch, log_prior) -> (B,) bool`` for :func:`~rlcourse.methods.banel.draw_posterior`."""
+    return [ratio_region(load_failure_model(model, w), tau) for w in state["banel"]["regions"]]
+
+
+def distil_run(seed: int, prof: Profile | None = None, n_distil: int = 256, sft_steps: int = 100,
+               lr: float = 1e-3) -> dict:
+    """Exercise: post-train the attacker on its own exploration posterior, as the abstract's BaNEL does.
+
+    Runs the ``banel`` arm of :func:`attack_run` (the profile's budget of reward evaluations), draws
+    ``n_distil`` responses from the posterior it learned (acceptance reads only the failure models: no
+    reward evaluation), fine-tunes a copy of the attacker on the accepted ones with
+    :func:`rlcourse.supervised.sft`, and measures three samplers on fresh draws against the target:
+
+    ==========  ===================================================================
+    attacker    the attacker's plain samples (no update)
+    posterior   rejection sampling from the learned posterior (the chapter's BaNEL)
+    distilled   the fine-tuned copy's plain samples (no rejection)
+    ==========  ===================================================================
+
+    Returns the three success rates (``rates``), the number of accepted samples distilled, the reward
+    evaluations the run spent (``nre``; the distillation adds none) and the SFT losses."""
+    import copy
+
+    from ..supervised import sft
+    from ..train import RLConfig, Trainer
+
+    prof = prof or current_profile()
+    sz = attack_sizes(prof)
+    prompts, G, n_eval = sz["prompts"], sz["G"], sz["n_eval"]
+    target = load_target(prof)
+    model, tok = load_attacker(prof)
+    task = AdditionAttack()
+    task.target = target
+    pool = task.examples(200, seed=seed)
+    tags = [e.prompt for e in pool[:prompts]]
+    steps = max(1, sz["budget"] // (prompts * G))
+    cfg = RLConfig(num_generations=G, prompts_per_step=prompts, max_completion_length=8, steps=steps, progress=False,
+                   seed=seed, learning_rate=0.0, reward="attack_success", sampler="banel",
+                   sampler_kwargs={"oversample": sz["oversample"], "fit_steps": sz["fit_steps"]})
+    trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=[])
+    trainer.train()
+    regions = learned_regions(model, trainer.state)
+    gen = torch.Generator().manual_seed(seed + 10_000)
+    drawn, stats = draw_posterior(model, tok, tags, max(1, n_distil // prompts), regions, gen,
+                                  oversample=sz["oversample"])
+    accepted = torch.ones(len(drawn), dtype=torch.bool)
+    for region in regions:  # the fallback rows (rejected candidates filling a short prompt) are left out
+        accepted &= ~region(drawn, (drawn.logprobs * drawn.response_mask).sum(1))
+    demos = [Example(prompt=p, answer="", solution=t)
+             for p, t, ok in zip(drawn.prompts, drawn.texts, accepted.tolist()) if ok]
+    if not demos:
+        raise RuntimeError("the posterior accepted no sample to distil; raise n_distil or the budget")
+    student = copy.deepcopy(model)
+    losses = sft(student, tok, demos, steps=sft_steps, batch_size=32, lr=lr, seed=seed)
+    per_prompt = max(1, n_eval // prompts)
+    post_b, _ = draw_posterior(model, tok, tags, per_prompt, regions, gen, oversample=sz["oversample"])
+    rates = {"attacker": _final_rate(sample(model, tok, tags, num_generations=per_prompt, max_new_tokens=8,
+                                            generator=gen).texts, target)[0],
+             "posterior": _final_rate(post_b.texts, target)[0],
+             "distilled": _final_rate(sample(student, tok, tags, num_generations=per_prompt, max_new_tokens=8,
+                                             generator=gen).texts, target)[0]}
+    return {"rates": rates, "distilled": len(demos), "nre": steps * prompts * G, "sft_losses": losses,
+            "samples": per_prompt * prompts, "seed": seed}
 
 
 def base_success_rate(prof: Profile | None = None, n: int = 4000, seed: int = 0) -> dict:

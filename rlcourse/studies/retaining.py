@@ -18,6 +18,8 @@ import torch
 
 from ..methods.retaining import (TwoModeSetting, mode_overlap, new_component, own_correct_samples, project,
                                  rl_gradient, sample_policy, sft_gradient)
+from ..claims import Claim, Verdict, evaluate
+from ..methods.retaining import PAPER
 from ..profiles import Profile
 from ..tasks import Addition, Example, Sort, Task
 from .runner import Study, run_study
@@ -419,3 +421,48 @@ def matched_gain_table(res: dict) -> dict:
         out[name] = np.array([v for v, _ in vals])
         out[name + "_ok"] = np.array([ok for _, ok in vals])
     return out
+
+
+# ---------------------------------------------------------------------- claims and verdicts
+TOY_CLAIM = ("the mode-seeking nature of RL, which stems from its use of on-policy data, enables keeping prior "
+             "knowledge intact when learning the target task")
+
+
+def toy_verdicts(toy: dict) -> dict[str, Verdict]:
+    """The toy's claims on a :func:`toy_experiment` of the default arms: RL at 0.01 forgets less than SFT
+    at each learning rate, at matched gain (margin 0, fixed before the run). Keys ``lo`` and ``hi``."""
+    out = {}
+    for key, base_arm in (("lo", "SFT, lr 0.01"), ("hi", "SFT, lr 0.15")):
+        c = Claim(key=f"retaining/toy-rl-vs-sft-{key}", paper=PAPER, statement=TOY_CLAIM,
+                  source="abstract (the claim); the simulation follows a description of the authors' code",
+                  setting="two-Gaussian target and policy, old component 200x slower, 1,000 iterations of 1,000 samples",
+                  metric="old-mode overlap lost when the new-mode overlap first reaches 0.9",
+                  method="RL, lr 0.01", baseline=base_arm, kind="less", margin=0.0, unit="{:.3f}")
+        out[key] = evaluate(c, toy["drop"]["RL, lr 0.01"], toy["drop"][base_arm])
+    return out
+
+
+def lm_verdicts(res: dict) -> dict[str, Verdict]:
+    """The language-model claims on a :func:`run_lm_experiment`: the positive control (SFT at the high
+    learning rate forgets sort by more than 0.05), and at GRPO's final gain (:func:`matched_gain_table`)
+    GRPO, then self-SFT, forgets less than SFT (margin 0). Keys ``control``, ``rl``, ``self``."""
+    sz = res["sizes"]
+    gd, mt = gain_and_drop(res), matched_gain_table(res)
+    common = dict(paper=PAPER, source="abstract", unit="{:.3f}",
+                  setting=f"tiny Llama sorting (prior) and adding (target), {sz['steps']} steps x {sz['prompts']} "
+                          f"prompts, greedy accuracy on {sz['n_eval']} held-out prompts per task")
+    control = Claim(key="retaining/lm-control", statement="(positive control, ours) SFT at a high learning rate "
+                    "forgets the old task", metric="drop in sort accuracy after training", method="SFT, high lr",
+                    reference=0.0, kind="greater", margin=0.05, role="positive control",
+                    **{**common, "source": "this chapter"})
+    v_control = evaluate(control, gd["drop"]["SFT, high lr"])
+    sft = "SFT (least drop among the SFT runs at that gain)"
+    metric = "drop in sort accuracy at GRPO's final addition gain"
+    rl = Claim(key="retaining/lm-rl-vs-sft", statement="RL leads to less forgetting than SFT while achieving "
+               "comparable or higher target task performance", metric=metric, method="GRPO", baseline=sft,
+               kind="less", margin=0.0, control=control.key, **common)
+    self_c = Claim(key="retaining/lm-self-sft", statement="the potential of mitigating forgetting using "
+                   "approximately on-policy data", metric=metric, method="Self-SFT (least drop of its two learning rates)",
+                   baseline=sft, kind="less", margin=0.0, control=control.key, **common)
+    return {"control": v_control, "rl": evaluate(rl, mt["grpo"], mt["sft"], control=v_control),
+            "self": evaluate(self_c, mt["self"], mt["sft"], control=v_control)}
