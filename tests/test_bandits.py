@@ -248,3 +248,31 @@ def test_kl_study_cells_do_not_depend_on_order():
         run_cell("k4-loss beta=0.1", 0, dict(study.sizes))
     with pytest.raises(ValueError, match="the arms are"):
         run_cell("k2-loss beta=0.3", 0, dict(study.sizes))
+
+
+def test_kl_lm_study_cells_stand_alone():
+    """The tiny-LM sweep: a later cell run inside the grid equals the same cell run alone; a bad arm is
+    refused with the arms named (the base model's one-cell study too)."""
+    from dataclasses import replace
+
+    from rlcourse.profiles import profile
+    from rlcourse.studies import run_study
+    from rlcourse.studies.kl_control import (LM_BASE, lm_base_study, lm_study, run_lm_base_cell, run_lm_cell,
+                                             run_kl_beta_sweep_lm)
+
+    P = replace(profile("smoke"), seeds=2)
+    study = lm_study(P)
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert (arm, seed) == ("beta=1.0", 1)
+    assert res.metrics[(arm, seed)] == run_lm_cell(arm, seed, dict(study.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'beta=0.0'"):
+        run_lm_cell("beta=0.5", 0, dict(study.sizes))
+    base = lm_base_study(P)
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        run_lm_base_cell("beta=0.0", 0, dict(base.sizes))
+    # the wrapper reshapes the same grid: rows are betas, columns seeds
+    S = run_kl_beta_sweep_lm(P, cache=False)
+    assert S["kl"].shape == (2, 2) and S["kl"][1, 1] == res.metrics[(arm, seed)]["kl"]
+    assert S["base_reward"] == run_lm_base_cell(LM_BASE, 0, dict(base.sizes))["reward"]
+    assert res.verdicts()["lm"].seeds == 2

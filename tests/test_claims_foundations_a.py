@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.bandits import kl_lm_verdict, pg_verdicts, run_baseline_experiment, run_kl_beta_sweep_lm
-from rlcourse.studies.kl_control import kl_verdicts, run_kl_experiment
+from rlcourse.bandits import pg_verdicts, run_baseline_experiment
+from rlcourse.studies.kl_control import kl_lm_verdict, kl_verdicts, run_kl_beta_sweep_lm, run_kl_experiment
 
 
 @pytest.mark.claims

@@ -13,7 +13,7 @@ family each, all importable from here:
                                           experiment of the chapter *Policy gradients*
 :mod:`rlcourse.bandits.kl`                KL estimators, the regularised optimum, KL in the
                                           reward or the loss: the chapter *KL control* (its
-                                          bandit study: :mod:`rlcourse.studies.kl_control`)
+                                          studies: :mod:`rlcourse.studies.kl_control`)
 ========================================= ==================================================
 """
 from __future__ import annotations
@@ -24,6 +24,5 @@ from .exact import (DTYPE, expected_reward, exact_policy_gradient, score_vectors
 from .baselines import (BASELINES, train_bandit, baseline_bandit, run_baseline_experiment, PG_CLAIMS,
                         pg_verdicts)
 from .kl import (KL_PLACEMENTS, kl_categorical, kl_estimator_moments, kl_regularised_optimum,
-                 regularised_objective, exact_ascent, expected_loss_ascent, train_kl_bandit, kl_bandit,
-                 KL_LM_CLAIM, kl_lm_verdict, run_kl_beta_sweep_lm)
+                 regularised_objective, exact_ascent, expected_loss_ascent, train_kl_bandit, kl_bandit)
 from ..profiles import one_torch_thread  # noqa: F401  (the chapters import it from here, as before the split)

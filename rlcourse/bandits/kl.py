@@ -1,19 +1,14 @@
-"""KL control on a softmax bandit: the KL estimators' exact moments, the KL-regularised optimum,
-training with the KL term in the reward or in the loss, and the tiny language model's sweep of
-``beta`` (:func:`run_kl_beta_sweep_lm`) with its claim. The bandit experiment of the chapter *KL
-control* is the study :mod:`rlcourse.studies.kl_control`. The four estimators are those of
-:func:`rlcourse.losses.kl_penalty`.
+"""KL control on a softmax bandit: the KL estimators' exact moments, the KL-regularised optimum, and
+training with the KL term in the reward or in the loss. The experiments of the chapter *KL control*
+(the bandit study and the tiny language model's sweep of ``beta``) are in
+:mod:`rlcourse.studies.kl_control`. The four estimators are those of :func:`rlcourse.losses.kl_penalty`.
 """
 from __future__ import annotations
 
-import time
-
-import numpy as np
 import torch
 
-from ..claims import Claim, evaluate
 from ..losses import kl_penalty
-from ..profiles import Profile, one_torch_thread, profile as current_profile
+from ..profiles import one_torch_thread
 from .exact import DTYPE, _logits, _means, batch_baselines, expected_reward
 
 KL_PLACEMENTS = ("k1-reward", "k1-loss", "k2-loss", "k3-loss", "k3+-loss")
@@ -195,71 +190,3 @@ def kl_bandit(K: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
     means = torch.linspace(0.1, 0.9, K, dtype=DTYPE)
     logref = torch.log_softmax(torch.linspace(1.0, -1.0, K, dtype=DTYPE), -1)
     return means, logref
-
-
-KL_LM_CLAIM = Claim(
-    key="kl_control/lm-beta-keeps-near-reference",
-    paper="Ouyang et al., Training language models to follow instructions with human feedback, 2022, arXiv:2203.02155",
-    statement="a KL penalty to the SFT model keeps the policy near the SFT model; beta sets the trade-off",
-    source="Ouyang et al. (2022), section 3.5",
-    setting="tiny Llama addition model (the lab's medium base), GRPO with the KL in the loss (the trainer's default "
-            "estimator), 8 prompts x 8 samples, 15 steps, learning rate 3e-4; KL on 64 held-out prompts x 4 samples",
-    metric="sequence-level KL to the reference after training (mean of the summed per-token k1)",
-    method="largest beta", baseline="beta = 0", kind="less", margin=0.0)
-
-
-def kl_lm_verdict(S: dict):
-    """The verdict of :data:`KL_LM_CLAIM` on :func:`run_kl_beta_sweep_lm`'s output (paired by seed)."""
-    return evaluate(KL_LM_CLAIM, S["kl"][-1], S["kl"][0], seconds=S["seconds"])
-
-
-# ---------------------------------------------------------------------------- the same trade-off on the tiny LM
-def run_kl_beta_sweep_lm(prof: Profile | None = None, betas=None) -> dict:
-    """Chapter *KL control*: GRPO with the KL in the loss (the trainer's default estimator) on the
-    tiny addition model, for several ``beta`` and ``prof.seeds`` seeds, a small budget each. After
-    training, on fresh samples of held-out prompts: the sampled accuracy (temperature 1) and the
-    sequence-level KL to the reference, the mean over samples of :math:`\\sum_t k_1`.
-
-    Returns a dict: ``betas``, ``seeds``, ``steps``; ``reward`` and ``kl`` ``(len(betas), seeds)``;
-    ``base_reward`` (the base model's sampled accuracy on the same prompts); ``seconds``.
-    """
-    from ..lm import load_base_model, response_logprobs, sample
-    from ..tasks import get_task
-    from ..train import RLConfig, Trainer
-
-    prof = prof or current_profile()
-    t0 = time.perf_counter()
-    betas = list(betas) if betas is not None else prof.pick(smoke=[0.0, 1.0], book=[0.0, 0.2, 2.0])
-    steps = prof.pick(smoke=2, book=15, full=100)
-    n_eval = prof.pick(smoke=8, book=64, full=256)
-    seeds = list(range(prof.seeds))
-    task = get_task("addition")
-    test = task.examples(n_eval, seed=4321, split="test")
-    prompts = [e.prompt for e in test]
-
-    def measure(model, ref, seed):
-        fresh = sample(model, tok, prompts, num_generations=4, max_new_tokens=10,
-                       generator=torch.Generator().manual_seed(10_000 + seed))
-        with torch.no_grad():
-            ref_lp = response_logprobs(ref, fresh.input_ids, fresh.attention_mask, fresh.response_len)
-        kl = float(((fresh.logprobs - ref_lp) * fresh.response_mask).sum(-1).mean())
-        acc = float(task.rewards(fresh.texts, [e for e in test for _ in range(4)]).mean())
-        return acc, kl
-
-    reward = np.zeros((len(betas), len(seeds)))
-    kl = np.zeros((len(betas), len(seeds)))
-    with one_torch_thread():
-        base, tok = load_base_model("addition", "medium", prof=prof, progress=False)
-        base_reward = measure(base, base, 0)[0]
-        for i, beta in enumerate(betas):
-            for j, seed in enumerate(seeds):
-                model, tok = load_base_model("addition", "medium", prof=prof, progress=False)
-                cfg = RLConfig(beta=float(beta), num_generations=prof.pick(smoke=4, book=8), steps=steps,
-                               prompts_per_step=prof.pick(smoke=4, book=8), max_completion_length=10,
-                               learning_rate=prof.pick(smoke=1e-4, book=3e-4), progress=False, train_pool_size=512,
-                               eval_prompts=8, seed=seed)
-                tr = Trainer(model, tok, "addition", cfg)
-                tr.train()
-                reward[i, j], kl[i, j] = measure(tr.model, base, seed)
-    return {"betas": betas, "seeds": len(seeds), "steps": steps, "reward": reward, "kl": kl,
-            "base_reward": base_reward, "seconds": time.perf_counter() - t0}

@@ -1,4 +1,4 @@
-"""The KL-control chapter's bandit study: KL-regularised REINFORCE
+"""The KL-control chapter's studies. The bandit study: KL-regularised REINFORCE
 (:func:`rlcourse.bandits.kl.train_kl_bandit`) on :func:`~rlcourse.bandits.kl.kl_bandit` with every
 placement of the KL term (``rlcourse.bandits.kl.KL_PLACEMENTS``) at several ``beta``, compared with
 the closed-form optimum :math:`\\pi^*_\\beta \\propto \\pi_{\\text{ref}} e^{\\bar r/\\beta}`, the
@@ -10,7 +10,10 @@ runs of its arm together, vectorised on one generator seeded by the beta's index
 one ``beta`` share their random numbers (paired runs). The study has one seed; the replicates are the
 runs. The exact optima are computed outside the grid (:func:`exact_references`).
 
-The tiny language-model sweep of ``beta`` stays in :mod:`rlcourse.bandits.kl`.
+The tiny language model's sweep of ``beta`` (:func:`run_kl_beta_sweep_lm`) is a second study,
+:func:`lm_study`: an arm is one ``beta`` (``"beta=0.2"``), a seed one GRPO run from the lab's addition
+base model, with the claim :data:`KL_LM_CLAIM`; the base model's own accuracy is a one-cell study
+(:func:`lm_base_study`).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from ..bandits.exact import DTYPE
 from ..bandits.kl import (KL_PLACEMENTS, exact_ascent, expected_loss_ascent, kl_bandit, kl_categorical,
                           kl_regularised_optimum, regularised_objective, train_kl_bandit)
 from ..claims import Claim, Verdict, evaluate
-from ..profiles import Profile, one_torch_thread
+from ..profiles import Profile, one_torch_thread, profile as current_profile
 from .runner import Results, Study, run_study
 
 
@@ -158,8 +161,6 @@ def run_kl_experiment(prof: Profile | None = None) -> dict:
     :func:`~rlcourse.bandits.kl.expected_loss_ascent`) and ``dist_k3_fixed[i]`` (mean KL from the k3
     runs to it); ``frontier`` (J, KL of pi*_beta on a fine grid of beta); ``seconds``.
     """
-    from ..profiles import profile as current_profile
-
     return summarise(run_study(kl_study(prof or current_profile())))
 
 
@@ -233,3 +234,147 @@ def kl_verdicts(E: dict) -> dict[str, Verdict]:
 def study_verdicts(results: Results) -> dict[str, Verdict]:
     """:func:`kl_verdicts` on a :func:`kl_study`'s results."""
     return kl_verdicts(summarise(results))
+
+
+# ---------------------------------------------------------------------------- the same trade-off on the tiny LM
+LM_BASE = "base model"  # the one arm of the base model's study
+LM_MODULES = ("rlcourse.train", "rlcourse.losses", "rlcourse.advantages", "rlcourse.lm.model", "rlcourse.lm.sampling",
+              "rlcourse.lm.engine", "rlcourse.lm.zoo", "rlcourse.tasks")
+
+KL_LM_CLAIM = Claim(
+    key="kl_control/lm-beta-keeps-near-reference",
+    paper="Ouyang et al., Training language models to follow instructions with human feedback, 2022, arXiv:2203.02155",
+    statement="a KL penalty to the SFT model keeps the policy near the SFT model; beta sets the trade-off",
+    source="Ouyang et al. (2022), section 3.5",
+    setting="tiny Llama addition model (the lab's medium base), GRPO with the KL in the loss (the trainer's default "
+            "estimator), 8 prompts x 8 samples, 15 steps, learning rate 3e-4; KL on 64 held-out prompts x 4 samples",
+    metric="sequence-level KL to the reference after training (mean of the summed per-token k1)",
+    method="largest beta", baseline="beta = 0", kind="less", margin=0.0)
+
+
+def lm_arms(betas) -> tuple[str, ...]:
+    """The LM study's arms, one per ``beta``, e.g. ``"beta=0.2"``."""
+    return tuple(f"beta={float(b)!r}" for b in betas)
+
+
+def lm_sizes(prof: Profile, betas=None) -> dict:
+    """The sweep's sizes for a profile: the ``betas`` (default the profile's), training ``steps``,
+    ``prompts`` per step, ``G`` samples per prompt, learning rate ``lr``, ``n_eval`` held-out prompts,
+    and the ``profile`` (it names the base model)."""
+    betas = list(betas) if betas is not None else prof.pick(smoke=[0.0, 1.0], book=[0.0, 0.2, 2.0])
+    return {"betas": [float(b) for b in betas], "steps": prof.pick(smoke=2, book=15, full=100),
+            "prompts": prof.pick(smoke=4, book=8), "G": prof.pick(smoke=4, book=8),
+            "lr": prof.pick(smoke=1e-4, book=3e-4), "n_eval": prof.pick(smoke=8, book=64, full=256),
+            "profile": prof.as_dict()}
+
+
+def lm_base_model(sizes: dict):
+    """The lab's medium addition base model of ``sizes["profile"]`` and its tokenizer (from the cache)."""
+    from ..lm import load_base_model
+
+    return load_base_model("addition", "medium", prof=Profile(**sizes["profile"]), progress=False)
+
+
+def lm_measure(model, ref, tokenizer, n_eval: int, seed: int) -> tuple[float, float]:
+    """``model``'s sampled accuracy (temperature 1) and sequence-level KL to ``ref`` on fresh samples,
+    4 for each of ``n_eval`` held-out addition prompts, drawn by a generator seeded ``10_000 + seed``;
+    the KL is the mean over samples of :math:`\\sum_t k_1`. Returns (accuracy, KL)."""
+    from ..lm import response_logprobs, sample
+    from ..tasks import get_task
+
+    task = get_task("addition")
+    test = task.examples(n_eval, seed=4321, split="test")
+    fresh = sample(model, tokenizer, [e.prompt for e in test], num_generations=4, max_new_tokens=10,
+                   generator=torch.Generator().manual_seed(10_000 + seed))
+    with torch.no_grad():
+        ref_lp = response_logprobs(ref, fresh.input_ids, fresh.attention_mask, fresh.response_len)
+    kl = float(((fresh.logprobs - ref_lp) * fresh.response_mask).sum(-1).mean())
+    acc = float(task.rewards(fresh.texts, [e for e in test for _ in range(4)]).mean())
+    return acc, kl
+
+
+def run_lm_base_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """The base model's sampled accuracy ``reward`` on the held-out prompts (:func:`lm_measure` against
+    itself, samples seeded by ``seed``); the only arm is :data:`LM_BASE`."""
+    if arm != LM_BASE:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(LM_BASE,)}")
+    with one_torch_thread():
+        base, tok = lm_base_model(sizes)
+        return {"reward": lm_measure(base, base, tok, sizes["n_eval"], seed)[0]}
+
+
+def run_lm_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """GRPO from the base model with the KL in the loss (the trainer's default estimator) at the arm's
+    ``beta``, seeded by ``seed``; then :func:`lm_measure` against the base model.
+
+    ======== ====== =====================================================
+    reward   float  sampled accuracy after training (held-out prompts)
+    kl       float  sequence-level KL to the base model after training
+    ======== ====== =====================================================
+    """
+    from ..train import RLConfig, Trainer
+
+    if arm not in lm_arms(sizes["betas"]):
+        raise ValueError(f"unknown arm {arm!r}; the arms are {lm_arms(sizes['betas'])}")
+    with one_torch_thread():
+        ref, _ = lm_base_model(sizes)
+        model, tok = lm_base_model(sizes)  # a second copy, trained
+        cfg = RLConfig(beta=float(arm.removeprefix("beta=")), num_generations=sizes["G"], steps=sizes["steps"],
+                       prompts_per_step=sizes["prompts"], max_completion_length=10, learning_rate=sizes["lr"],
+                       progress=False, train_pool_size=512, eval_prompts=8, seed=seed)
+        tr = Trainer(model, tok, "addition", cfg)
+        tr.train()
+        reward, kl = lm_measure(tr.model, ref, tok, sizes["n_eval"], seed)
+    return {"reward": reward, "kl": kl}
+
+
+def lm_base_study(prof: Profile) -> Study:
+    """The base model's accuracy on the sweep's held-out prompts: one cell."""
+    sizes = lm_sizes(prof)
+    return Study(name="kl_control-lm-base", arms=(LM_BASE,), seeds=(0,), run=run_lm_base_cell,
+                 sizes={k: sizes[k] for k in ("n_eval", "profile")}, modules=LM_MODULES)
+
+
+def lm_study(prof: Profile, betas=None) -> Study:
+    """Every ``beta`` of the sweep (default the profile's) on seeds ``0 .. prof.seeds - 1``."""
+    sizes = lm_sizes(prof, betas)
+    return Study(name="kl_control-lm", arms=lm_arms(sizes["betas"]), seeds=tuple(range(prof.seeds)), run=run_lm_cell,
+                 sizes=sizes, verdicts=lm_study_verdicts, modules=LM_MODULES)
+
+
+def run_kl_beta_sweep_lm(prof: Profile | None = None, betas=None, **run_kw) -> dict:
+    """Chapter *KL control*: GRPO with the KL in the loss (the trainer's default estimator) on the
+    tiny addition model, for several ``beta`` and ``prof.seeds`` seeds, a small budget each
+    (:func:`lm_study` and :func:`lm_base_study` on the study runner; ``run_kw`` go to
+    :func:`~rlcourse.studies.runner.run_study`). After training, on fresh samples of held-out prompts:
+    the sampled accuracy (temperature 1) and the sequence-level KL to the reference, the mean over
+    samples of :math:`\\sum_t k_1`.
+
+    ============ ======================= ===============================================
+    betas        list                    the betas swept
+    seeds        int                     seeds per beta
+    steps        int                     training steps per run
+    reward, kl   ``(len(betas), seeds)`` sampled accuracy and sequence KL after training
+    base_reward  float                   the base model's sampled accuracy, same prompts
+    seconds      float                   wall seconds of the two grids' cells
+    ============ ======================= ===============================================
+    """
+    prof = prof or current_profile()
+    study = lm_study(prof, betas)
+    base = run_study(lm_base_study(prof), **run_kw)
+    res = run_study(study, **run_kw)
+    return {"betas": list(betas) if betas is not None else list(study.sizes["betas"]), "seeds": len(study.seeds),
+            "steps": study.sizes["steps"],
+            **{k: np.array([res.values(a, k) for a in study.arms], dtype=float) for k in ("reward", "kl")},
+            "base_reward": base.metrics[(LM_BASE, 0)]["reward"], "seconds": base.wall_seconds + res.wall_seconds}
+
+
+def kl_lm_verdict(S: dict) -> Verdict:
+    """The verdict of :data:`KL_LM_CLAIM` on :func:`run_kl_beta_sweep_lm`'s output (paired by seed)."""
+    return evaluate(KL_LM_CLAIM, S["kl"][-1], S["kl"][0], seconds=S["seconds"])
+
+
+def lm_study_verdicts(results: Results) -> dict[str, Verdict]:
+    """:func:`kl_lm_verdict` on a :func:`lm_study`'s results, under the name ``"lm"``."""
+    kl = np.array([results.values(a, "kl") for a in results.study.arms], dtype=float)
+    return {"lm": kl_lm_verdict({"kl": kl, "seconds": results.wall_seconds})}
