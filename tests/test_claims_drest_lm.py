@@ -1,11 +1,11 @@
 """The DReST chapter's language-model claims, run in the book profile over P.seeds (slow: `pytest -m claims`).
 
-The verdicts come from rlcourse.methods.drest_lm.CLAIMS on the chapter's experiment.
+The verdicts come from rlcourse.studies.drest_lm.CLAIMS on the chapter's experiment.
 """
 import pytest
 
 import rlcourse
-from rlcourse.methods.drest_lm import drest_lm_verdicts, run_drest_lm_experiment
+from rlcourse.studies.drest_lm import drest_lm_verdicts, run_drest_lm_experiment
 
 
 @pytest.mark.claims

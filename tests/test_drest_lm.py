@@ -240,3 +240,28 @@ def test_trainer_runs_with_the_registered_reward():
     log = trainer.state["drest_lm"]
     assert len(log["valid"]) == 1 and np.isfinite(m["reward"])
     assert COIN_MAX == 9
+
+
+def test_lm_study_cells_stand_alone():
+    """A later cell of the LM grid, run with the others, equals the same cell run alone (each cell loads
+    the base model and seeds its own trainer); the grid's verdicts are the chapter's; a bad arm is
+    refused with the arms named."""
+    from rlcourse.studies.drest_lm import (ARMS, LM_BASE, drest_lm_verdicts, lm_base_study, lm_runs, lm_study,
+                                           run_lm_base_cell, run_lm_cell)
+    from rlcourse.studies.runner import run_study
+
+    P = rlcourse.profile("smoke")
+    study = lm_study(P, seeds=(0, 1))
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert (arm, seed) == (ARMS[-1], 1)
+    assert res.metrics[(arm, seed)] == run_lm_cell(arm, seed, dict(study.sizes))
+    base = run_study(lm_base_study(P), jobs=1, cache=False).metrics[(LM_BASE, 0)]
+    runs = lm_runs(res, base)
+    assert [r["curve"][0] for r in runs["drest"]] == [dict(step=0, **base)] * 2
+    chapter = drest_lm_verdicts({"runs": runs, "seconds": res.wall_seconds})
+    assert {k: v.method_values for k, v in res.verdicts().items()} == {k: v.method_values for k, v in chapter.items()}
+    with pytest.raises(ValueError, match="the arms are .*'default', 'drest'"):
+        run_lm_cell("shutdown", 0, dict(study.sizes))
+    with pytest.raises(ValueError, match="the arms are .*'base model'"):
+        run_lm_base_cell("drest", 0, dict(study.sizes))
