@@ -8,8 +8,7 @@ unless the run gave it.
 import pytest
 
 import rlcourse
-from rlcourse.methods.noisy_runs import lm_verdicts, run_noisy_lm
-from rlcourse.studies.noisy_verifiers import bandit_verdicts, run_noisy_bandit
+from rlcourse.studies.noisy_verifiers import bandit_verdicts, lm_verdicts, run_noisy_bandit, run_noisy_lm
 
 
 @pytest.mark.claims

@@ -256,7 +256,7 @@ def test_noisy_training_resumes_exactly(tiny, tmp_path):
 
 # ------------------------------------------------------------------ the chapter's bandit experiment
 def test_bandit_init_spreads_difficulty_and_is_seeded():
-    from rlcourse.methods.noisy_runs import _softmax, bandit_init
+    from rlcourse.studies.noisy_verifiers import _softmax, bandit_init
 
     a, b = bandit_init(50, 10, 3), bandit_init(50, 10, 3)
     assert a.shape == (50, 10) and np.array_equal(a, b) and not np.array_equal(a, bandit_init(50, 10, 4))
@@ -267,8 +267,7 @@ def test_bandit_init_spreads_difficulty_and_is_seeded():
 
 
 def test_noisy_bandit_learns_clean_and_pairs_seeds():
-    from rlcourse.methods.noisy_runs import train_noisy_bandit
-    from rlcourse.studies.noisy_verifiers import late_window
+    from rlcourse.studies.noisy_verifiers import late_window, train_noisy_bandit
 
     clean = train_noisy_bandit(0.0, 0.0, "sample", "adam", 0.1, 300, [0, 1], eval_every=100)
     assert clean["curve"].shape == (2, 4) and list(clean["eval_steps"]) == [0, 100, 200, 300]
@@ -287,7 +286,7 @@ def test_noisy_bandit_learns_clean_and_pairs_seeds():
 
 
 def test_noisy_claims_are_well_formed():
-    from rlcourse.methods.noisy_runs import CLAIMS
+    from rlcourse.studies.noisy_verifiers import CLAIMS
 
     for c in CLAIMS.values():
         assert c.key.startswith("noisy_verifiers/") and c.paper and c.statement and c.source
@@ -319,7 +318,7 @@ def test_noisy_bandit_study_cells_do_not_depend_on_order():
 
     from rlcourse.profiles import profile
     from rlcourse.studies import run_study
-    from rlcourse.studies.noisy_verifiers import ARMS, noisy_bandit_study, run_cell
+    from rlcourse.studies.noisy_verifiers import ARMS, noisy_bandit_study, run_cell, train_noisy_bandit
 
     study = noisy_bandit_study(profile("smoke"), {"adam": 0.1, "sgd": 10.0})
     study = replace(study, seeds=(0, 3), sizes={**study.sizes, "steps": 40, "every": 20, "late": [20, 40]})
@@ -327,8 +326,6 @@ def test_noisy_bandit_study_cells_do_not_depend_on_order():
     last = ("sgd sample 0.4", 3)
     assert res.metrics[last] == run_cell(*last, dict(study.sizes))  # alone, nothing run before it
     # a cell is its seed's row of the vectorised trainer
-    from rlcourse.methods.noisy_runs import train_noisy_bandit
-
     both = train_noisy_bandit(0.4, 0.4, "sample", "sgd", 10.0, 40, [0, 3], eval_every=20)
     assert res.metrics[last]["curve"] == both["curve"][1].tolist()
     assert len(ARMS) == len(study.arms) == 14  # 5 per-sample + 4 group + strict + lenient + 3 SGD
@@ -336,3 +333,25 @@ def test_noisy_bandit_study_cells_do_not_depend_on_order():
         run_cell("adam sample 0.5", 0, dict(study.sizes))
     with pytest.raises(ValueError, match="no learning rate for"):
         noisy_bandit_study(profile("smoke"), {"adam": 0.1})
+
+
+def test_lm_study_cells_stand_alone():
+    """A later cell of the language model's grid, run with the others, equals the same cell run alone;
+    a bad arm is refused with the arms named."""
+    from dataclasses import replace
+
+    from rlcourse.profiles import profile
+    from rlcourse.studies import run_study
+    from rlcourse.studies.noisy_verifiers import LM_ARMS, lm_study, run_lm_cell
+
+    study = lm_study(replace(profile("smoke"), seeds=2))
+    assert study.arms == tuple(LM_ARMS) and study.seeds == (0, 1)
+    study = replace(study, arms=("clean", "group 0.3"))
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert (arm, seed) == ("group 0.3", 1)
+    alone = run_lm_cell(arm, seed, dict(study.sizes))
+    assert res.metrics[(arm, seed)] == alone
+    assert len(alone["curve"]) == len(study.sizes["evals"]) and len(alone["true_reward"]) == study.sizes["evals"][-1]
+    with pytest.raises(ValueError, match="the arms are .*'sample 0.45'"):
+        run_lm_cell("sample 0.5", 0, dict(study.sizes))

@@ -308,5 +308,5 @@ def mean_ci(x: np.ndarray, axis: int = -1, level: float = 0.95) -> tuple[np.ndar
     return mean, half
 
 
-# The chapter's runs (the bandit's trainer, the tiny LM) and their claims live in noisy_runs.py; the bandit's
-# study in rlcourse/studies/noisy_verifiers.py.
+# The chapter's experiments (the bandit's trainer, the tiny LM) and their claims live in
+# rlcourse/studies/noisy_verifiers.py.
