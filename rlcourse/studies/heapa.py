@@ -225,6 +225,41 @@ def lm_experiment(prof: Profile | None = None, **run_kw) -> dict:
     return out
 
 
+def completion_forms(prof: Profile | None = None, seed: int = 0) -> dict:
+    """What the base model of the LM experiment (pre-training seed ``seed``) writes on the held-out prompts
+    of each level, greedily: is a wrong answer a wrong format or a wrong sum?
+
+    ============  ========  =====================================================================
+    accuracy      ``(L,)``  share of correct answers per level
+    well_formed   ``(L,)``  share written as ``digits|digits``, the first half the second reversed
+    right_length  ``(L,)``  share of the well-formed ones whose sum has the true number of digits
+    examples      dict      level -> up to 4 ``(prompt, completion, solution)`` of wrong answers
+    ============  ========  =====================================================================
+    """
+    import re
+
+    from ..lm.sampling import sample
+    from ..lm.zoo import load_base_model
+    from ..tasks import get_task
+
+    prof = prof or current_profile()
+    sz = lm_sizes(prof)
+    task = get_task("heapa_addition")
+    model, tok = load_base_model(task, strength=sz["strength"], seed=seed, prof=prof, progress=False)
+    out = {"accuracy": [], "well_formed": [], "right_length": [], "examples": {}}
+    for d, held in _held_by_level(task, sz["held"]).items():
+        texts = sample(model, tok, [e.prompt for e in held], temperature=0.0, max_new_tokens=12).texts
+        forms = [re.fullmatch(r"(\d+)\|(\d+)", t.strip()) for t in texts]
+        ok = [m is not None and m.group(1) == m.group(2)[::-1] for m in forms]
+        length = [len(m.group(2)) == len(e.answer) for m, good, e in zip(forms, ok, held) if good]
+        right = task.rewards(texts, held)
+        out["accuracy"].append(float(np.mean(right)))
+        out["well_formed"].append(float(np.mean(ok)))
+        out["right_length"].append(float(np.mean(length)) if length else float("nan"))
+        out["examples"][d] = [(e.prompt, t, e.solution) for e, t, r in zip(held, texts, right) if r < 1][:4]
+    return out
+
+
 def lm_claims(budget: int, gain: float) -> dict:
     """The tiny-LM claims, fixed before the run."""
     from ..claims import Claim

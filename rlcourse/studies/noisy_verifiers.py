@@ -18,7 +18,6 @@ numbers). :data:`CLAIMS` holds the claims, :func:`bandit_verdicts` and :func:`lm
 from __future__ import annotations
 
 import copy
-import os
 import time
 
 import numpy as np
@@ -26,7 +25,7 @@ import numpy as np
 from ..claims import Claim, Verdict, evaluate
 from ..methods.noisy import corrupt_rewards, group_advantages, make_noisy_reward, noise_generator
 from ..profiles import Profile, one_torch_thread
-from .runner import Results, Study, run_study
+from .runner import Results, Study, default_jobs, run_study
 
 PAPER = ("An Imperfect Verifier is Good Enough: Learning with Noisy Rewards, Plesner, Guzman, Athalye, 2026, "
          "arXiv:2604.07666")
@@ -232,7 +231,8 @@ def choose_bandit_lrs(prof: Profile, grids=None, **run_kw) -> dict:
     study = Study(name="noisy_verifiers-lr", arms=tuple(lr_arm(o, lr) for o, grid in grids.items() for lr in grid),
                   seeds=tuple(seeds), run=run_lr_cell, modules=MODULES,
                   sizes={"steps": sched["steps"], "every": sched["every"], "grids": grids})
-    res = run_study(study, **run_kw)
+    jobs = run_kw.pop("jobs", None) or default_jobs()
+    res = run_study(study, jobs=jobs, **run_kw)
     lrs, quarter = {}, {}
     for opt, grid in grids.items():
         q = [float(np.mean(res.values(lr_arm(opt, lr), "quarter"))) for lr in grid]
@@ -343,7 +343,7 @@ def lm_study(prof: Profile) -> Study:
 def run_noisy_lm(prof: Profile, **run_kw) -> dict:
     """GRPO on the tiny addition model (medium base) against the verifiers of :data:`LM_ARMS`, over
     ``prof.seeds`` paired seeds: :func:`lm_study` on the study runner (``run_kw`` go to
-    :func:`~rlcourse.studies.runner.run_study`; ``jobs`` defaults to ``$RLCOURSE_JOBS``, else 2 in the book).
+    :func:`~rlcourse.studies.runner.run_study`, whose ``jobs`` defaults to ``$RLCOURSE_JOBS``).
 
     ============ =========================== =================================================
     curve        dict[arm] ``(N, E)``         held-out greedy accuracy at ``evals`` steps
@@ -364,9 +364,7 @@ def run_noisy_lm(prof: Profile, **run_kw) -> dict:
         ex = get_task(sz["task"]).examples(sz["eval_prompts"], seed=sz["eval_seed"], split="test")
         base_acc = greedy_accuracy(model, tok, sz["task"], ex, max_new_tokens=sz["max_len"])
     base_seconds = time.perf_counter() - t0
-    jobs = run_kw.pop("jobs", None) or int(os.environ.get("RLCOURSE_JOBS") or prof.pick(
-        smoke=1, book=min(2, os.cpu_count() or 1), full=os.cpu_count() or 1))
-    res = run_study(study, jobs=jobs, **run_kw)
+    res = run_study(study, **run_kw)
 
     def per_seed(a, metric):
         return np.array(res.values(a, metric))

@@ -209,7 +209,8 @@ def _write_cell(path: Path, study: Study, arm: str, seed: int, metrics: dict, se
     tmp.replace(path)
 
 
-def _default_jobs() -> int:
+def default_jobs() -> int:
+    """The workers a study runs on when none are given: ``$RLCOURSE_JOBS``, or 1."""
     raw = os.environ.get("RLCOURSE_JOBS", "1")
     try:
         jobs = int(raw)
@@ -247,7 +248,7 @@ def run_study(study: Study, *, jobs: int | None = None, backend: str | None = No
     progress   a progress bar over the cells (default: when stderr is a terminal)
     ========== ==================================================================================
     """
-    jobs = _default_jobs() if jobs is None else int(jobs)
+    jobs = default_jobs() if jobs is None else int(jobs)
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     backend = backend or os.environ.get("RLCOURSE_BACKEND") or ("serial" if jobs == 1 else "loky")
