@@ -231,8 +231,7 @@ def choose_bandit_lrs(prof: Profile, grids=None, **run_kw) -> dict:
     study = Study(name="noisy_verifiers-lr", arms=tuple(lr_arm(o, lr) for o, grid in grids.items() for lr in grid),
                   seeds=tuple(seeds), run=run_lr_cell, modules=MODULES,
                   sizes={"steps": sched["steps"], "every": sched["every"], "grids": grids})
-    jobs = run_kw.pop("jobs", None) or default_jobs()
-    res = run_study(study, jobs=jobs, **run_kw)
+    res = run_study(study, **run_kw)
     lrs, quarter = {}, {}
     for opt, grid in grids.items():
         q = [float(np.mean(res.values(lr_arm(opt, lr), "quarter"))) for lr in grid]
@@ -364,7 +363,8 @@ def run_noisy_lm(prof: Profile, **run_kw) -> dict:
         ex = get_task(sz["task"]).examples(sz["eval_prompts"], seed=sz["eval_seed"], split="test")
         base_acc = greedy_accuracy(model, tok, sz["task"], ex, max_new_tokens=sz["max_len"])
     base_seconds = time.perf_counter() - t0
-    res = run_study(study, **run_kw)
+    jobs = run_kw.pop("jobs", None) or default_jobs()
+    res = run_study(study, jobs=jobs, **run_kw)
 
     def per_seed(a, metric):
         return np.array(res.values(a, metric))
