@@ -31,7 +31,7 @@ def lean_engine_refusal(model: torch.nn.Module) -> str | None:
 
     It runs a ``LlamaForCausalLM`` without biases or attention dropout, with the default rotary
     embedding and plain ``nn.Linear`` projections (what :func:`~rlcourse.lm.build_model` makes), and
-    with no forward hook on any module (but transformers' output-recording ones, :func:`_records_only`):
+    with no forward hook on any module (but transformers' output-recording ones, ``_records_only``):
     it reads the weights directly, so an adapter wrapped around a
     projection, a hook that edits a module's output (R2PO's rollout head,
     :mod:`rlcourse.methods.r2po`) or FSDP's unsharding pre-hooks would be skipped without a word.
