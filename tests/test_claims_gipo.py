@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods.gipo import frontier_verdict, run_frontier_experiment
 from rlcourse.studies import gipo as study
+from rlcourse.studies.gipo import frontier_verdict, run_frontier_experiment
 from rlcourse.studies.runner import run_study
 
 

@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 
 import rlcourse
-from rlcourse.methods.soup import T3, bias_experiment, bias_verdict
-from rlcourse.studies.thinking_seeds import run_soup_experiment, soup_verdicts
+from rlcourse.methods.soup import T3
+from rlcourse.studies.thinking_seeds import bias_experiment, bias_verdict, run_soup_experiment, soup_verdicts
 
 
 @pytest.fixture(scope="module")

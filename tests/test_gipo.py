@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from rlcourse.losses import POLICY_LOSSES, compute_pg_loss
-from rlcourse.methods.gipo import AUTHORS, compute_gipo_loss, compute_sapo_loss, dominated_share, \
-    effective_weight, frontier, gaussian_trust_weight, is_gradient_moments, ppo_effective_weight, random_instance, \
-    sapo_effective_weight, train_stale_bandit, BanditConfig
+from rlcourse.methods.gipo import AUTHORS, compute_gipo_loss, compute_sapo_loss, effective_weight, \
+    gaussian_trust_weight, is_gradient_moments, ppo_effective_weight, sapo_effective_weight, train_stale_bandit, \
+    BanditConfig
+from rlcourse.studies.gipo import dominated_share, frontier, random_instance
 
 
 @pytest.mark.parametrize("sigma", [0.3, 0.7, 1.0, 1.5])

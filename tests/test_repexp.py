@@ -346,3 +346,25 @@ def test_rl_study_cell_alone_matches_the_grid():
         repexp.run_rl_cell("PPO", 0, dict(study.sizes))
     with pytest.raises(ValueError, match="base model"):
         repexp.run_rl_base_cell("GRPO", 0, dict(study.sizes))
+
+
+def test_inference_study_cell_alone_matches_the_grid():
+    """Experiment 1 on the runner: a later cell of a two-seed grid equals the same cell run alone, the
+    wrapper's dict rebuilds the pool and the prompts from the cell, and an unknown arm is refused with
+    the arms named."""
+    from rlcourse.studies import repexp
+    from rlcourse.studies.runner import run_study
+
+    prof = rlcourse.profile("smoke")
+    study = dataclasses.replace(repexp.inference_study(prof), seeds=(0, 1))
+    res = run_study(study, jobs=1, cache=False)
+    arm, seed = study.cells()[-1]
+    assert (arm, seed) == (repexp.INFERENCE_ARM, 1)
+    cell = repexp.run_inference_cell(arm, seed, dict(study.sizes))
+    assert res.metrics[(arm, seed)] == cell
+    out = repexp.run_inference(prof, seed=1, cache=False)
+    assert out["pool"]["texts"] == cell["texts"] and out["pool"]["phi"].tolist() == cell["phi"]
+    assert out["examples"] == repexp.inference_examples(dict(study.sizes), 1)
+    assert out["kept"] == len(out["calls"]["random"]) == int((out["pool"]["correct"].sum(1) > 0).sum())
+    with pytest.raises(ValueError, match="the arms are .*'inference'"):
+        repexp.run_inference_cell("GRPO", 0, dict(study.sizes))

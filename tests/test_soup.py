@@ -6,11 +6,11 @@ import pytest
 
 import rlcourse
 from rlcourse.rollout import SAMPLERS
-from rlcourse.methods.soup import (SEQS, N_CTX, V, ascent_trajectory, bias_bound, bias_experiment, bias_verdict,
-                                   expected_gradient, monte_carlo_gradient, token_probs)
+from rlcourse.methods.soup import (SEQS, N_CTX, V, ascent_trajectory, bias_bound, expected_gradient,
+                                   monte_carlo_gradient, token_probs)
 from rlcourse.studies import thinking_seeds as study
 from rlcourse.studies.runner import run_study
-from rlcourse.studies.thinking_seeds import soup_verdicts
+from rlcourse.studies.thinking_seeds import bias_experiment, bias_verdict, soup_verdicts
 
 
 @pytest.fixture(scope="module")

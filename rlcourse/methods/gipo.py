@@ -9,21 +9,19 @@ uses ``sigma_+ = 1`` for positive advantages and ``sigma_- = sigma_+ / 2`` for t
 
 This module holds the weight, the registered policy losses ``"gipo"`` and ``"sapo"`` (the soft gate the
 authors' code compares against), the exact bias and variance of the weighted importance-sampling
-gradient on a bandit (the bias-variance frontier), and the stale contextual bandit; the chapter's
-staleness study (arms, seeds, verdicts) is :mod:`rlcourse.studies.gipo`.
+gradient on a bandit, and the stale contextual bandit; the chapter's experiments (the bias-variance
+frontier on random bandit instances, the staleness study with its arms, seeds and verdicts) are
+:mod:`rlcourse.studies.gipo`.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..claims import Claim, Verdict, evaluate
 from ..losses import agg_loss, register_policy_loss
 from ..ops import check_same_shape, masked_mean
-from ..profiles import Profile, one_torch_thread
 from ..snapshots import push_lagged
 
 PAPER = ("GIPO: Gaussian Importance Sampling Policy Optimization, C. Lu, Z. Zhang, S. Wang, Q. Lin, B. Sun, "
@@ -195,32 +193,6 @@ def is_gradient_moments(pi: np.ndarray, mu: np.ndarray, reward: np.ndarray, weig
     return float(((mean - target) ** 2).sum()), var
 
 
-def frontier(pi, mu, reward, sigmas, epsilons) -> dict:
-    """Bias-variance points of GIPO over ``sigmas`` (symmetric width), PPO-clip over ``epsilons`` and
-    the unclipped estimator (unbiased), on one bandit instance."""
-    gipo = [is_gradient_moments(pi, mu, reward, lambda r, s, sg=sg: effective_weight(r, sg)) for sg in sigmas]
-    ppo = [is_gradient_moments(pi, mu, reward, lambda r, s, e=e: ppo_effective_weight(r, s, e)) for e in epsilons]
-    none = is_gradient_moments(pi, mu, reward, lambda r, s: r)
-    return {"gipo": np.array(gipo), "ppo": np.array(ppo), "no_clip": np.array(none)}
-
-
-def dominated_share(points: dict, tol: float = 1e-12) -> float:
-    """Share of PPO's points for which some GIPO point has no larger bias and no larger variance."""
-    g, p = points["gipo"], points["ppo"]
-    hits = [np.any((g[:, 0] <= b + tol) & (g[:, 1] <= v + tol)) for b, v in p]
-    return float(np.mean(hits))
-
-
-def random_instance(rng: np.random.Generator, K: int = 6, shift: float = 1.0):
-    """A bandit instance: rewards in [0, 1], a behaviour policy, and a current policy whose logits
-    moved away from it by Gaussian noise of scale ``shift`` (the staleness)."""
-    reward = rng.uniform(0, 1, K)
-    logits_mu = rng.normal(0, 1, K)
-    logits_pi = logits_mu + rng.normal(0, shift, K)
-    soft = lambda z: np.exp(z - z.max()) / np.exp(z - z.max()).sum()  # noqa: E731
-    return soft(logits_pi), soft(logits_mu), reward
-
-
 # ---------------------------------------------------------------------- the staleness experiment
 @dataclass(frozen=True)
 class BanditConfig:
@@ -316,38 +288,3 @@ def train_stale_bandit(loss: str, staleness: int, cfg: BanditConfig, seed: int, 
         out["zero_grad"].append(float(np.mean(zero)))
         out["grad_norm"].append(float(np.mean(norms)))
     return {k: np.asarray(v) for k, v in out.items()}
-
-
-def run_frontier_experiment(P: Profile, instances: int | None = None) -> dict:
-    """Exact bias-variance frontiers on random bandit instances; per instance, the share of PPO's points
-    that a GIPO point dominates (``shares``) and of GIPO's points that a PPO point dominates (``reverse``)."""
-    rng = np.random.default_rng(0)
-    sigmas = np.geomspace(0.05, 5.0, 60)
-    epsilons = np.array([0.05, 0.1, 0.2, 0.3, 0.5])
-    n = instances or P.pick(smoke=20, book=200)
-    start = time.perf_counter()
-    shares, reverse, example = [], [], None
-    for i in range(n):
-        pts = frontier(*random_instance(rng), sigmas, epsilons)
-        shares.append(dominated_share(pts))
-        reverse.append(dominated_share({"gipo": pts["ppo"], "ppo": pts["gipo"]}))  # GIPO's points PPO dominates
-        if i == 0:
-            example = pts
-    return {"sigmas": sigmas, "epsilons": epsilons, "shares": np.array(shares), "reverse": np.array(reverse),
-            "example": example, "seconds": time.perf_counter() - start}
-
-
-# ---------------------------------------------------------------------- the frontier claim
-FRONTIER_CLAIM = Claim(
-    key="gipo/frontier", paper=PAPER, source="abstract (\"superior bias-variance trade-off\"); the 2x2 GridWorld "
-    "analysis is known to us only from secondary summaries",
-    statement="GIPO exhibits a superior bias-variance trade-off",
-    setting="exact one-sample bias and variance of the importance-weighted gradient on random 6-arm bandits "
-            "(current policy = behaviour logits + N(0, 1) noise); GIPO's sigma on a grid of 60 values, PPO's "
-            "epsilon in {0.05, 0.1, 0.2, 0.3, 0.5}",
-    metric="share of PPO's (bias, variance) points weakly dominated by a GIPO point, per instance",
-    method="GIPO dominates", baseline=None, reference=0.5, kind="greater", unit="{:.2f}", replicate="instance")
-
-
-def frontier_verdict(out: dict) -> Verdict:
-    return evaluate(FRONTIER_CLAIM, out["shares"], seconds=out["seconds"])

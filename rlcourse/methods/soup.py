@@ -12,22 +12,20 @@ from a bank policy's prefix of 25-50% of its response, the current policy contin
 mixing). Both record the true behaviour log-prob of every token in ``batch.logprobs``, so any policy
 loss of the loop (PPO-clip ``"vanilla"`` by default) computes token-level ratios against it.
 
-Also here: the exact gradient bias of token-level ratios on a tabular three-token language model
-(:func:`expected_gradient`, :func:`bias_experiment`). The chapter's experiment on two-digit addition
-and its claims are the study :mod:`rlcourse.studies.thinking_seeds`.
+Also here: the exact gradient of token-level ratios on a tabular three-token language model
+(:func:`expected_gradient`) and the proposition's bound on its bias (:func:`bias_bound`). The
+chapter's experiments (the exact bias on random tabular instances, and two-digit addition) and their
+claims are :mod:`rlcourse.studies.thinking_seeds`.
 """
 from __future__ import annotations
 
 import itertools
-import time
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from ..bank import bank_mixed_batch
-from ..claims import Claim, Verdict, evaluate
-from ..profiles import Profile
 from ..rollout import register_sampler
 
 PAPER = ("SOUP: Token-level Single-sample Mix-policy Reinforcement Learning for Large Language Models, L. Yang, "
@@ -180,59 +178,3 @@ def monte_carlo_gradient(theta: np.ndarray, theta_hist: np.ndarray, reward: np.n
     rho = np.where(pre, token_probs(theta)[rows] / token_probs(theta_hist)[rows], 1.0)
     per = np.einsum("i,it,itcv->icv", reward[rows], rho, score_functions(theta)[rows])
     return g.numpy(), per.std(0, ddof=1) / np.sqrt(n)
-
-
-def bias_experiment(prof: Profile) -> dict:
-    """Relative bias ``||E[g] - grad J|| / ||grad J||`` of the token-level gradient against the lag of the
-    historical policy, for prefix lengths 0 to 3 (3 = sequence-level mixing), on random instances
-    (rewards ``U[0, 1]``, a fresh ascent trajectory each), plus the exact sequence-level correction and
-    the proposition's bound.
-
-    ============ ================== =================================================
-    lags         ``(L,)``           checkpoint lags (steps of the ascent)
-    bias[cut]    ``(N, L)``         relative bias of token-level ratios, cut = 0..3
-    seq_bias     ``(N, L)``         relative bias with the full prefix product (cut 3)
-    bound_ok     bool               every bias below its bound (cut 1..3, every lag)
-    ============ ================== =================================================
-    """
-    n = prof.pick(smoke=3, book=20)
-    steps, lr = 30, 2.0
-    lags = list(range(0, steps + 1, 3))
-    t0 = time.perf_counter()
-    bias = {cut: np.zeros((n, len(lags))) for cut in range(T3 + 1)}
-    seq_bias = np.zeros((n, len(lags)))
-    bound_ok = True
-    for i in range(n):
-        reward = np.random.default_rng(1000 + i).random(len(SEQS))
-        traj = ascent_trajectory(reward, steps, lr, seed=i)
-        cur = traj[-1]
-        g = expected_gradient(cur, cur, reward, 0)
-        for j, lag in enumerate(lags):
-            hist = traj[steps - lag]
-            for cut in range(T3 + 1):
-                err = np.linalg.norm(expected_gradient(cur, hist, reward, cut) - g)
-                bias[cut][i, j] = err / np.linalg.norm(g)
-                if cut and err > bias_bound(cur, hist, reward, cut) + 1e-12:
-                    bound_ok = False
-            seq_bias[i, j] = np.linalg.norm(expected_gradient(cur, hist, reward, T3, "sequence") - g) / np.linalg.norm(g)
-    return {"lags": np.array(lags), "bias": bias, "seq_bias": seq_bias, "bound_ok": bound_ok, "instances": n,
-            "steps": steps, "lr": lr, "seconds": time.perf_counter() - t0}
-
-
-TABULAR_LAG = 15  # the lag at which the tabular claim is read (half the ascent), fixed before the run
-
-BIAS_CLAIM = Claim(
-    key="thinking_seeds/prefix-bias-below-sequence", paper=PAPER,
-    statement="existing methods mix entire trajectories at the sequence level, introducing severe policy mismatch "
-              "... the critical continuation is generated on-policy to preserve gradient quality",
-    source="abstract (the bias computation is the course's reconstruction)",
-    setting=f"tabular 3-token LM (V = 3), exact expectations; current policy after 30 steps of exact ascent, the "
-            f"historical one {TABULAR_LAG} steps behind",
-    metric="relative bias of the token-level gradient, ||E g - grad J|| / ||grad J||",
-    method="prefix of 1 token (Thinking Seeds)", baseline="whole sequence historical (sequence-level mixing)",
-    kind="less", margin=0.0, replicate="instance")
-
-
-def bias_verdict(res: dict) -> Verdict:
-    j = int(np.searchsorted(res["lags"], TABULAR_LAG))
-    return evaluate(BIAS_CLAIM, res["bias"][1][:, j], res["bias"][T3][:, j], seconds=res["seconds"])

@@ -1,8 +1,8 @@
 """RepExp's experiments on the ``repexp_divisor`` task: test-time selection (the elliptical order of a pool
 of samples against a random order and the planted positive control, :func:`run_inference`) and RL
 post-training (GRPO against GRPO with the ``repexp`` sampler's bonus, :func:`run_rl`), with their claims
-and verdicts. The method (features, the elliptical bonus, the greedy order, the registered sampler and
-task) is :mod:`rlcourse.methods.repexp`.
+and verdicts; both run as studies on :mod:`rlcourse.studies.runner`. The method (features, the elliptical
+bonus, the greedy order, the registered sampler and task) is :mod:`rlcourse.methods.repexp`.
 """
 from __future__ import annotations
 
@@ -83,18 +83,46 @@ def order_pool(pool: dict, p: int, how: str, lam: float = 0.01) -> list[int] | N
     raise ValueError(f"order must be one of {ORDERS}, got {how!r}")
 
 
-def run_inference(prof, seed: int = 0) -> dict:
-    """Experiment 1: test-time selection on held-out prompts (the replicates). For each prompt with at
-    least one correct sample among ``M``: verifier calls to the first correct sample and pass@k of the
-    first ``k`` picked, for the random order (exact expectations), the elliptical order and the planted
-    positive control. ``hard`` marks the prompts whose most likely mode (``2``) is wrong (odd ``n``)."""
-    import time
+INFERENCE_ARM = "inference"  # the one arm of the test-time study: one pool, every order on it
+INFERENCE_MODULES = ("rlcourse.methods.repexp", "rlcourse.lm.sampling")
+
+
+def inference_sizes(prof) -> dict:
+    """The test-time study's sizes: the profile (its base model), the held-out prompts and ``M``."""
+    return {"profile": prof.as_dict(), "prompts": prof.pick(smoke=12, book=48), "samples": prof.pick(smoke=16, book=32)}
+
+
+def inference_examples(sizes: dict, seed: int) -> list[Example]:
+    """The held-out prompts of the test-time study (``sizes["prompts"]`` of them, drawn from ``seed``)."""
+    return Divisor().examples(sizes["prompts"], seed=seed, split="test")
+
+
+def run_inference_cell(arm: str, seed: int, sizes: dict) -> dict:
+    """Experiment 1's one cell (its only arm is :data:`INFERENCE_ARM`): one pool of ``M`` samples per
+    held-out prompt (:func:`sample_pool` from ``seed``), every order of :data:`ORDERS` on it. The ``K``
+    kept prompts are those with at least one correct sample among the ``P``; ``o`` is an order.
+
+    ==========  ======================  ==========================================================
+    ks          ``(len(ks),)``          the k of pass@k, those of 1, 2, 4, ..., 32 up to ``M``
+    keep        ``(K,)``                the kept prompts' indices
+    hard        ``(K,)`` bool           odd ``n``: the likeliest mode (``2``) is wrong
+    calls       ``{o: (K,)}``           verifier calls to the first correct sample (random: exact)
+    passk       ``{o: (len(ks), K)}``   pass@k of the first k picked, per k of ``ks``
+    distinct8   ``{o: (K,)}``           distinct modes among the first 8 picked, for ``"random"``
+                                        (the mean over 200 shuffles) and ``"elliptical"``
+    correct     ``(P,M)``               the pool's correctness (:func:`sample_pool`)
+    phi         ``(P,M,16)``            the pool's features
+    modes       ``P x M``               the pool's modes (None: malformed)
+    texts       ``P x M``               the pool's responses
+    ==========  ======================  ==========================================================
+    """
     from ..profiles import one_torch_thread
-    t0 = time.perf_counter()
+    if arm != INFERENCE_ARM:
+        raise ValueError(f"unknown arm {arm!r}; the arms are {(INFERENCE_ARM,)}")
     with one_torch_thread():
-        model, tok = base_model(prof)
-        examples = Divisor().examples(prof.pick(smoke=12, book=48), seed=seed, split="test")
-        M = prof.pick(smoke=16, book=32)
+        model, tok = base_model(Profile(**sizes["profile"]))
+        examples = inference_examples(sizes, seed)
+        M = sizes["samples"]
         pool = sample_pool(model, tok, examples, M, seed)
         ks = [k for k in (1, 2, 4, 8, 16, 32) if k <= M]
         keep = [p for p in range(len(examples)) if pool["correct"][p].sum() > 0]
@@ -120,13 +148,63 @@ def run_inference(prof, seed: int = 0) -> dict:
             rng = np.random.default_rng(p)
             distinct["random"].append(np.mean([len({pool["modes"][p][i] for i in rng.permutation(M)[:k8]})
                                                for _ in range(200)]))
-    hard = np.array([examples[p].meta["n"] % 2 == 1 for p in keep])
-    return {"M": M, "ks": ks, "prompts": len(examples), "kept": len(keep), "hard": hard,
-            "calls": {o: np.array(v) for o, v in calls.items()},
-            "passk": {o: {k: np.array(v) for k, v in d.items()} for o, d in passk.items()},
-            "distinct8": {o: np.array(v) for o, v in distinct.items()},
+    return {"ks": ks, "keep": keep, "hard": [examples[p].meta["n"] % 2 == 1 for p in keep], "calls": calls,
+            "passk": {o: [d[k] for k in ks] for o, d in passk.items()}, "distinct8": distinct,
+            "correct": pool["correct"].tolist(), "phi": pool["phi"].tolist(), "modes": pool["modes"],
+            "texts": pool["texts"]}
+
+
+def inference_study(prof, seed: int = 0) -> Study:
+    """Experiment 1 as a study: one arm, one seed (the pool's); its replicates are the held-out prompts."""
+    return Study(name="repexp-inference", arms=(INFERENCE_ARM,), seeds=(seed,), run=run_inference_cell,
+                 sizes=inference_sizes(prof), verdicts=inference_study_verdicts, modules=INFERENCE_MODULES)
+
+
+def inference_output(results: Results) -> dict:
+    """The chapter's dict from an :func:`inference_study`'s results (``K`` kept prompts of ``P``).
+
+    ==============  ==============  ==========================================================
+    M               int             samples per prompt
+    ks              list            the k of pass@k
+    prompts         int             ``P``, the held-out prompts
+    kept            int             ``K``, those with a correct sample
+    hard            ``(K,)`` bool   odd ``n`` (the likeliest mode wrong)
+    calls           ``(K,)``        per order: verifier calls to the first correct sample
+    passk           ``(K,)``        ``passk[order][k]``: pass@k of the first k picked
+    distinct8       ``(K,)``        ``"random"`` and ``"elliptical"``: distinct modes in the first 8
+    mode_share      dict            each mode's share of all samples (None: malformed)
+    correct_share   float           the share of correct samples
+    seconds         float           wall seconds of the cell
+    pool            dict            :func:`sample_pool`'s dict
+    examples        list            the held-out prompts (:func:`inference_examples`)
+    ==============  ==============  ==========================================================
+    """
+    sizes, seed = results.study.sizes, results.study.seeds[0]
+    m = results.metrics[(INFERENCE_ARM, seed)]
+    ks = m["ks"]
+    pool = {"correct": np.array(m["correct"], dtype=np.float32), "phi": torch.tensor(m["phi"], dtype=torch.float64),
+            "modes": m["modes"], "texts": m["texts"]}
+    return {"M": sizes["samples"], "ks": ks, "prompts": sizes["prompts"], "kept": len(m["keep"]),
+            "hard": np.array(m["hard"]), "calls": {o: np.array(v) for o, v in m["calls"].items()},
+            "passk": {o: {k: np.array(v) for k, v in zip(ks, rows)} for o, rows in m["passk"].items()},
+            "distinct8": {o: np.array(v) for o, v in m["distinct8"].items()},
             "mode_share": _mode_share(pool), "correct_share": float(pool["correct"].mean()),
-            "seconds": time.perf_counter() - t0, "pool": pool, "examples": examples}
+            "seconds": results.wall_seconds, "pool": pool, "examples": inference_examples(sizes, seed)}
+
+
+def inference_study_verdicts(results: Results) -> dict:
+    """:func:`inference_verdicts` on an :func:`inference_study`'s results."""
+    return inference_verdicts(inference_output(results))
+
+
+def run_inference(prof, seed: int = 0, **run_kw) -> dict:
+    """Experiment 1: test-time selection on held-out prompts (the replicates, not seeds: one pool,
+    sampled from ``seed``). For each prompt with at least one correct sample among ``M``: verifier calls
+    to the first correct sample and pass@k of the first ``k`` picked, for the random order (exact
+    expectations), the elliptical order and the planted positive control. ``hard`` marks the prompts
+    whose most likely mode (``2``) is wrong (odd ``n``). :func:`inference_study` on the study runner
+    (``run_kw`` go to :func:`~rlcourse.studies.runner.run_study`), as :func:`inference_output`'s dict."""
+    return inference_output(run_study(inference_study(prof, seed), **run_kw))
 
 
 def _mode_share(pool: dict) -> dict:
