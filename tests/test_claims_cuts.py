@@ -27,7 +27,12 @@ this confident model); final entropy 0.067 against 0.065 (inconclusive, [-0.004,
 accuracy 0.764 against 0.756 (inconclusive, [-0.007, 0.020]); Mixed-CUTS + IS 0.767; the control (GRPO
 trained on short-operand sums) 0.916 (holds, [0.113, 0.187]). That version had no control for the
 mixed-groups claim, so its "does not hold" was a verdict on the typical-set rule, which picked a single
-token on 99% of steps. The current version has not been run in the book profile yet.
+token on 99% of steps.
+
+The current version in the fresh-clone `make book JOBS=2` of 6 Dec 2026 (5 seeds, 95% t-intervals): the
+short-operand control holds (+0.147 [0.101, 0.192]) and the top-2 explorer control holds (+0.556 [0.504,
+0.609]); mixed groups does not hold (-0.138 [-0.176, -0.099]), entropy is inconclusive (+0.004 [-0.001,
+0.010]), the harder variant is inconclusive (-0.013 [-0.084, 0.057]). The last test pins these.
 """
 import numpy as np
 import pytest
@@ -66,3 +71,12 @@ def test_positive_control_holds_and_verdicts_are_consistent(run):
     for key, verdict in v.items():
         assert verdict.verdict == "uninformative" or _consistent(verdict), (key, verdict.sentence())
         assert np.isfinite(verdict.effect)
+
+
+@pytest.mark.claims
+def test_verdicts_of_the_book_run(run):
+    """The verdicts the fresh-clone book run of 6 Dec 2026 computed (see the module docstring)."""
+    _, _, v = run
+    expected = {"control": "holds", "explorer": "holds", "mixed": "does not hold", "entropy": "inconclusive",
+                "hard": "inconclusive"}
+    assert {k: x.verdict for k, x in v.items()} == expected, {k: x.sentence() for k, x in v.items()}

@@ -2,7 +2,7 @@
 
 The same experiments and verdict functions as the chapter: a contextual bandit over 20 paired seeds
 run to a plateau (score: mean of two fixed late evaluations), and GRPO on the tiny addition model over
-3 seeds. Each assert is the verdict the book run computed; none of them is the paper's direction
+the profile's 5 seeds. Each assert is the verdict the book run computed; none of them is the paper's direction
 unless the run gave it.
 """
 import pytest
@@ -50,9 +50,9 @@ def test_noisy_verifier_lm_claims_book_profile():
     assert v["lm-control"].verdict == "holds"
     # group noise 20%: the whole interval lies below -1 point (about -12 points): does not hold
     assert v["lm-group-20"].verdict == "does not hold"
-    # per-sample noise 20% (the other reading of the abstract's noise): pinned below once a book run
-    # has computed it
-    assert "lm-sample-20" in v, sorted(v)
+    # per-sample noise 20% (the other reading of the abstract's noise): the whole interval lies below
+    # -1 point (-0.084 [-0.103, -0.065] in the fresh-clone book run of 6 Dec 2026): does not hold
+    assert v["lm-sample-20"].verdict == "does not hold"
     # group noise 30%: the whole interval lies below -2 points: does not hold
     assert v["lm-group-30"].verdict == "does not hold"
     # per-sample noise 30%: the whole interval lies below -2 points: does not hold
