@@ -15,6 +15,12 @@ A book-profile run (5 seeds) made on 2026-12-05, when "state of the art" was sti
 (PPO-clip 0.896 fresh against 0.416 at L = 32); GIPO against PPO-clip holds at L = 2 (a difference of
 0.001, interval [0.001, 0.001]) and at L = 32 (0.453, [0.441, 0.464]); GIPO against SAPO does not hold
 at L = 32 (-0.011, [-0.012, -0.010]); GIPO against no clip does not hold (-0.023, [-0.026, -0.020]).
+
+The fresh-clone `make book JOBS=2` of 6 Dec 2026 (10 toy seeds; "state of the art" as non-inferiority
+within 0.01): GIPO not worse than PPO-clip near on-policy holds (+0.0008 [0.0007, 0.0010]) and on the
+stalest data holds (+0.450 [0.445, 0.455]); not worse than SAPO near on-policy holds (-0.00007
+[-0.00013, -0.00002]), on the stalest data does not hold (-0.012 [-0.013, -0.011], below -0.01); against
+no clip does not hold (-0.025 [-0.027, -0.023]); control holds (+0.479).
 """
 import numpy as np
 import pytest
