@@ -215,6 +215,33 @@ def _final_rate(sampler_batch_texts: list[str], target) -> tuple[float, dict]:
     return float(wrong.mean()), {k: int(sum(1 for q, w in zip(kinds, wrong) if q == k and w)) for k in set(kinds)}
 
 
+def _attack_setup(prof: Profile, seed: int):
+    """The target, a fresh copy of the attacker, the attack task aimed at the target, and its prompt pool
+    for ``seed``: what every arm of the attack starts from."""
+    target = load_target(prof)
+    model, tok = load_attacker(prof)
+    task = AdditionAttack()
+    task.target = target
+    return target, model, tok, task, task.examples(200, seed=seed)
+
+
+def _train_attacker(arm: str, model, tok, task, pool, seed: int, steps: int, prompts: int, G: int, lr: float,
+                    oversample: int, fit_steps: int):
+    """Run the :class:`~rlcourse.train.Trainer` of the ``random``, ``novelty`` or ``banel`` arm for ``steps``
+    steps of ``prompts * G`` reward evaluations; returns the trainer (its state holds the attack log and,
+    for ``banel``, the learned regions)."""
+    from ..train import RLConfig, Trainer
+
+    cfg = RLConfig(num_generations=G, prompts_per_step=prompts, max_completion_length=8, steps=steps,
+                   progress=False, seed=seed, learning_rate=lr if arm == "novelty" else 0.0,
+                   reward="attack_novelty" if arm == "novelty" else "attack_success",
+                   sampler="banel" if arm == "banel" else "policy",
+                   sampler_kwargs={"oversample": oversample, "fit_steps": fit_steps} if arm == "banel" else {})
+    trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=[])
+    trainer.train()
+    return trainer
+
+
 def attack_run(arm: str, seed: int, budget: int, prof: Profile | None = None, prompts: int = 4, G: int = 8,
                lr: float = 1e-3, n_eval: int = 256, oversample: int = 8, fit_steps: int = 30) -> dict:
     """One arm of the attack under a budget of ``budget`` reward evaluations (NRE), through the
@@ -230,19 +257,13 @@ def attack_run(arm: str, seed: int, budget: int, prof: Profile | None = None, pr
     Returns the successes found (``found``, ``distinct``), the NRE of each success (``hits``), the
     final sampler's success rate on ``n_eval`` fresh samples (evaluations outside the budget) with
     the kinds of query it breaks the target with, and the seconds taken."""
-    from ..train import RLConfig, Trainer
-
     prof = prof or current_profile()
     if arm not in ("random", "novelty", "banel", "oracle"):
         raise ValueError(f"unknown arm {arm!r}")
     start = time.perf_counter()
-    target = load_target(prof)
-    model, tok = load_attacker(prof)
-    task = AdditionAttack()
-    task.target = target
-    gen = torch.Generator().manual_seed(seed)
-    pool = task.examples(200, seed=seed)
+    target, model, tok, task, pool = _attack_setup(prof, seed)
     tags = [e.prompt for e in pool[:prompts]]
+    gen = torch.Generator().manual_seed(seed)
     if arm == "oracle":
         b, _ = draw_posterior(model, tok, [tags[0]], budget, [one_digit_oracle], gen, oversample=oversample,
                               max_draws=64)
@@ -251,14 +272,8 @@ def attack_run(arm: str, seed: int, budget: int, prof: Profile | None = None, pr
         final_b, _ = draw_posterior(model, tok, tags, n_eval // prompts, [one_digit_oracle], gen,
                                     oversample=oversample, max_draws=64)
     else:
-        steps = max(1, budget // (prompts * G))
-        cfg = RLConfig(num_generations=G, prompts_per_step=prompts, max_completion_length=8, steps=steps,
-                       progress=False, seed=seed, learning_rate=lr if arm == "novelty" else 0.0,
-                       reward="attack_novelty" if arm == "novelty" else "attack_success",
-                       sampler="banel" if arm == "banel" else "policy",
-                       sampler_kwargs={"oversample": oversample, "fit_steps": fit_steps} if arm == "banel" else {})
-        trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=[])
-        trainer.train()
+        trainer = _train_attacker(arm, model, tok, task, pool, seed, max(1, budget // (prompts * G)), prompts, G,
+                                  lr, oversample, fit_steps)
         hits = list(trainer.state.get("attack_log", []))
         if arm == "banel":
             regions = learned_regions(model, trainer.state)
@@ -296,23 +311,15 @@ def distil_run(seed: int, prof: Profile | None = None, n_distil: int = 256, sft_
     import copy
 
     from ..supervised import sft
-    from ..train import RLConfig, Trainer
 
     prof = prof or current_profile()
     sz = attack_sizes(prof)
     prompts, G, n_eval = sz["prompts"], sz["G"], sz["n_eval"]
-    target = load_target(prof)
-    model, tok = load_attacker(prof)
-    task = AdditionAttack()
-    task.target = target
-    pool = task.examples(200, seed=seed)
+    target, model, tok, task, pool = _attack_setup(prof, seed)
     tags = [e.prompt for e in pool[:prompts]]
     steps = max(1, sz["budget"] // (prompts * G))
-    cfg = RLConfig(num_generations=G, prompts_per_step=prompts, max_completion_length=8, steps=steps, progress=False,
-                   seed=seed, learning_rate=0.0, reward="attack_success", sampler="banel",
-                   sampler_kwargs={"oversample": sz["oversample"], "fit_steps": sz["fit_steps"]})
-    trainer = Trainer(model, tok, task, cfg, train_examples=pool, eval_examples=[])
-    trainer.train()
+    trainer = _train_attacker("banel", model, tok, task, pool, seed, steps, prompts, G, 0.0, sz["oversample"],
+                              sz["fit_steps"])
     regions = learned_regions(model, trainer.state)
     gen = torch.Generator().manual_seed(seed + 10_000)
     drawn, stats = draw_posterior(model, tok, tags, max(1, n_distil // prompts), regions, gen,
