@@ -36,7 +36,7 @@ from .checkpoints import load_metrics, plot_metrics, write_csv  # noqa: F401  (p
 from .data import get_prompt_sampler
 from .lm.engine import lean_engine_supports
 from .lm.heads import ScalarHeadModel
-from .lm.model import response_logprobs, shared_prefix_logprobs
+from .lm.model import response_logprobs, shared_prefix_logprobs, shared_prefix_refusal
 from .lm.sampling import RolloutBatch
 from .lm.zoo import greedy_accuracy
 from .lora import AdapterOffReference, is_peft_model, load_adapter_weights  # noqa: F401
@@ -75,7 +75,8 @@ class RLConfig:
                                       detached, as TRL does; else a forward before the first pass), so
                                       a sampler in another precision adds no noise to the ratio
     skip_zero_advantage_rows          no forward/backward for rows whose gradient is exactly zero
-    share_prompt_forward              the update runs each prompt once for its G samples (same result)
+    share_prompt_forward              the update runs each prompt once for its G samples (same result up
+                                      to rounding; not under gradient checkpointing)
     advantage_estimator, policy_loss, reward, sampler, prompt_sampler: registry names
     advantage_kwargs, sampler_kwargs, loss_kwargs, reward_kwargs: extra keywords for that part (each
                                       must be a parameter the part names, else ValueError)
@@ -465,15 +466,19 @@ class Trainer:
         share their prompt, each prompt goes through the model once and the response padding not at all
         (:func:`shared_prefix_logprobs`; their log-probs are then 0, which the response mask ignores)."""
         T = input_ids.shape[1] - prompt_len
-        if self.config.share_prompt_forward and lean_engine_supports(self.model):
+        if self.config.share_prompt_forward and shared_prefix_refusal(self.model) is None:
             groups, inverse = torch.unique(index[rows], return_inverse=True)
             first = rows.new_empty(len(groups))
             first[inverse] = rows  # any row of each group: their prompts are checked equal below
             prompts, prompt_mask = input_ids[first, :prompt_len], attention_mask[first, :prompt_len]
-            if torch.equal(prompts[inverse], input_ids[rows, :prompt_len]) and \
+            # a RolloutBatch's responses are right-padded: the attended tokens of each are a prefix (a
+            # sampler that masks tokens inside a response gets the full forward below)
+            attended = attention_mask[rows, prompt_len:]
+            lengths = attended.sum(-1)
+            is_prefix = torch.equal(attended, (torch.arange(T, device=rows.device) < lengths[:, None]).to(attended.dtype))
+            if is_prefix and torch.equal(prompts[inverse], input_ids[rows, :prompt_len]) and \
                     torch.equal(prompt_mask[inverse], attention_mask[rows, :prompt_len]):
-                # the response side is right-padded (RolloutBatch): its attended tokens are a prefix
-                lengths = attention_mask[rows, prompt_len:].sum(-1).clamp(min=1)
+                lengths = lengths.clamp(min=1)
                 return shared_prefix_logprobs(self.model, prompts, prompt_mask, inverse, input_ids[rows, prompt_len:],
                                               temperature, return_entropy=entropy, response_lengths=lengths)
         return response_logprobs(self.model, input_ids[rows], attention_mask[rows], T, temperature,

@@ -371,8 +371,11 @@ def test_log_prob_passes_peak_at_one_micro_batch_at_full_profile_shapes():
 def test_trainer_runs_the_reference_and_policy_passes_in_micro_batches(tiny_path):
     model, tok = load_causal_lm(tiny_path)
     policy = add_lora(model, r=2, alpha=4)
+    # the full forward, so that every scoring pass is one call with use_cache=False; the shared-prompt
+    # path is handed the same micro-batch rows (tests/test_train.py checks it gives the same update)
     cfg = RLConfig(steps=1, prompts_per_step=3, num_generations=4, max_completion_length=4, beta=0.1,
-                   entropy_coef=0.01, micro_batch_size=5, train_pool_size=16, eval_prompts=0, progress=False)
+                   entropy_coef=0.01, micro_batch_size=5, train_pool_size=16, eval_prompts=0, progress=False,
+                   share_prompt_forward=False)
     trainer = Trainer(policy, tok, ReasoningGymMath("basic_arithmetic", **ARITH), cfg, eval_examples=[])
     rows = []
     model.register_forward_pre_hook(lambda m, args, kwargs: rows.append(

@@ -110,7 +110,9 @@ def _free_port() -> int:
 
 
 def _write_config(path: Path, model: Path, output_dir: Path, steps: int = 1) -> Path:
-    # 5 prompts over 2 processes (3 and 2): unequal shares, so local denominators would differ
+    # 5 prompts over 2 processes (3 and 2): unequal shares, so local denominators would differ. The
+    # data-parallel engines run each row's full forward (a wrapped model runs one forward per backward),
+    # so the one-process run compared with them does too, and the two agree to float32 rounding
     path.write_text(f'''profile = "smoke"
 model = "{model}"
 output_dir = "{output_dir}"
@@ -134,6 +136,7 @@ learning_rate = 0.01
 beta = 0.1
 entropy_coef = 0.05
 sampler = "policy_per_prompt"
+share_prompt_forward = false
 save_every = 1
 train_pool_size = 64
 ''')

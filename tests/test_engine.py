@@ -167,5 +167,65 @@ def test_shared_prefix_logprobs_errors(tok, model):
     for bad in (torch.tensor([0, 3]), torch.tensor([1, 4]), torch.tensor([3])):
         with pytest.raises(ValueError, match=r"response_lengths must be \(2,\) with values in \[1, 3\]"):
             shared_prefix_logprobs(model, ids, mask, torch.tensor([0, 1]), resp, response_lengths=bad)
-    with pytest.raises(ValueError, match="bias-free LlamaForCausalLM"):
+    with pytest.raises(ValueError, match="cannot run this model: it runs a transformers causal LM"):
         shared_prefix_logprobs(ScalarHeadModel.from_policy(model), ids, mask, torch.tensor([0, 1]), resp)
+
+
+def _hf_models(tok, model):
+    """Models the lean engine does not run: a Qwen2 (biases) with a peft LoRA adapter, and the tiny
+    Llama with a forward hook that edits the lm_head's output (as R2PO's rollout head does)."""
+    from rlcourse.capstone import add_lora, build_tiny_qwen2
+
+    qwen = build_tiny_qwen2(tok, hidden=32, intermediate=64, layers=2, heads=4, kv_heads=2, max_positions=64, seed=1)
+    lora = add_lora(qwen, r=4, alpha=8, seed=0)
+    with torch.no_grad():  # a non-zero adapter, so its gradient depends on the whole forward
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    hooked = copy.deepcopy(model)
+    hooked.lm_head.register_forward_hook(lambda module, args, out: out * 0.5 + 0.1)
+    return {"qwen2+lora": lora, "hooked llama": hooked}
+
+
+def test_shared_prefix_logprobs_of_transformers_models_equal_full_forward_with_gradients(tok, model):
+    """For a model the lean engine does not run, the prompt pass keeps its cache (with its graph), the
+    cache's rows are copied to the responses, and the responses run on it: log-probs, entropies and
+    every trainable parameter's gradient equal one full forward's."""
+    for name, m in _hf_models(tok, model).items():
+        assert not lean_engine_supports(m)
+        m.train()
+        batch = sample(m, tok, PROMPTS, num_generations=3, max_new_tokens=8, temperature=1.0,
+                       generator=torch.Generator().manual_seed(2))
+        assert batch.lengths.min() < batch.response_len, name  # padded rows are exercised
+        first = torch.arange(len(PROMPTS)) * 3
+        weights = torch.randn(batch.response_ids.shape, generator=torch.Generator().manual_seed(3)) * batch.response_mask
+        results = []
+        for shared in (False, True):
+            m.zero_grad()
+            if shared:
+                logp, ent = shared_prefix_logprobs(m, batch.prompt_ids[first], batch.prompt_mask[first], batch.index,
+                                                   batch.response_ids, batch.temperature, return_entropy=True,
+                                                   response_lengths=batch.lengths)
+                assert not logp[batch.response_mask == 0].any() and not ent[batch.response_mask == 0].any()
+            else:
+                logp, ent = response_logprobs(m, batch.input_ids, batch.attention_mask, batch.response_len,
+                                              batch.temperature, return_entropy=True)
+            ((logp + 0.1 * ent) * weights).sum().backward()
+            grads = torch.cat([p.grad.flatten() for p in m.parameters() if p.requires_grad])
+            results.append((logp * batch.response_mask, ent * batch.response_mask, grads))
+        for full, shared in zip(*results):
+            torch.testing.assert_close(shared, full, atol=2e-5, rtol=1e-4, msg=name)
+
+
+def test_shared_prefix_logprobs_refuses_gradient_checkpointing(tok):
+    from rlcourse.capstone import build_tiny_qwen2
+    from rlcourse.capstone.models import enable_checkpointing
+    from rlcourse.lm.model import shared_prefix_refusal
+
+    qwen = build_tiny_qwen2(tok, hidden=32, intermediate=64, layers=1, heads=4, kv_heads=2, max_positions=64)
+    assert shared_prefix_refusal(qwen) is None
+    enable_checkpointing(qwen)
+    assert "gradient checkpointing" in shared_prefix_refusal(qwen)
+    ids, mask = encode_prompts(tok, PROMPTS[:2])
+    with pytest.raises(ValueError, match="gradient checkpointing is on"):
+        shared_prefix_logprobs(qwen, ids, mask, torch.tensor([0, 1]), torch.full((2, 3), 5))

@@ -336,6 +336,27 @@ def test_sharing_the_prompt_forward_leaves_the_update_unchanged(tiny):
     assert after[True][2] == pytest.approx(after[False][2], rel=1e-5)
 
 
+def test_sharing_the_prompt_forward_of_a_lora_qwen2_leaves_the_update_unchanged(tiny):
+    """The same on a model the lean engine does not run (its own forward, twice, over a cache)."""
+    from rlcourse.capstone import add_lora, build_tiny_qwen2
+
+    _, tok = tiny
+    base = build_tiny_qwen2(tok, hidden=32, intermediate=64, layers=2, heads=4, kv_heads=2, max_positions=64, seed=2)
+    after = {}
+    for share in (True, False):
+        cfg = RLConfig(num_generations=4, prompts_per_step=3, max_completion_length=6, steps=2, progress=False,
+                       learning_rate=1e-2, train_pool_size=50, eval_prompts=8, reward="test_digits",
+                       share_prompt_forward=share, micro_batch_size=5)
+        tr = Trainer(add_lora(copy.deepcopy(base), r=4, alpha=8, seed=0), tok, "sort", cfg)
+        hist = tr.train()
+        after[share] = (params(tr.model), [h["loss"] for h in hist], [h["grad_norm"] for h in hist])
+    assert after[True][2][0] > 0  # the adapter learns
+    # Adam's steps are ~lr whatever the gradient's size, so rounding shows at ~1e-6 of weights ~1e-1
+    torch.testing.assert_close(after[True][0], after[False][0], atol=1e-5, rtol=1e-5)
+    assert after[True][1] == pytest.approx(after[False][1], abs=1e-6)
+    assert after[True][2] == pytest.approx(after[False][2], rel=1e-5)
+
+
 def test_the_trainer_does_not_import_the_chapters_and_names_still_resolve():
     """No cycle: rlcourse.train knows only the registries; a chapter's part is found by name because
     the registry imports rlcourse.methods the first time it meets a name it does not know."""

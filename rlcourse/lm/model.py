@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import GenerationMixin, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from ..profiles import Profile, profile as current_profile
 from .engine import lean_engine_supports, rms_norm, rotary_angles, rotate, signed_sin
@@ -223,9 +223,16 @@ def shared_prefix_logprobs(
     by a real token): they are packed for the position-wise operations and laid out per row only for
     the attention. The result equals :func:`response_logprobs` on ``[prompt_ids[group] |
     response_ids]`` up to float rounding, on the real positions, at the cost of ``N`` instead of
-    ``B`` prompt rows and of the real response tokens instead of ``B x T``. Runs a bias-free
-    ``LlamaForCausalLM`` with the default rotary embedding
-    (:func:`rlcourse.lm.engine.lean_engine_supports`).
+    ``B`` prompt rows and of the real response tokens instead of ``B x T``.
+
+    Two implementations compute it. A bias-free ``LlamaForCausalLM`` with the default rotary
+    embedding (:func:`rlcourse.lm.engine.lean_engine_supports`) runs the lean engine's packed layers
+    above. Any other causal LM of ``transformers`` (a Qwen2, a model with a peft LoRA adapter, one with
+    forward hooks) runs its own forward twice: once on the distinct prompts, keeping their keys and
+    values in a cache with their autograd graph, then, with that cache's rows selected by ``group``,
+    on the responses (all but their last token, which scores nothing). Under gradient checkpointing
+    ``transformers`` keeps no cache in training, so such a model is refused
+    (:func:`shared_prefix_refusal` says why; the caller then runs :func:`response_logprobs`).
 
     ================ ========== ==========================================================
     prompt_ids       ``(N,P)``   distinct prompts, left-padded
@@ -238,8 +245,9 @@ def shared_prefix_logprobs(
     (entropy)        ``(B,T)``   entropy of the tempered next-token distribution
     ================ ========== ==========================================================
     """
-    if not lean_engine_supports(model):
-        raise ValueError(f"shared_prefix_logprobs runs a bias-free LlamaForCausalLM, not {type(model).__name__}")
+    refusal = shared_prefix_refusal(model)
+    if refusal is not None:
+        raise ValueError(f"shared_prefix_logprobs cannot run this model: {refusal}")
     if prompt_ids.shape != prompt_mask.shape or group.ndim != 1 or group.shape[0] != response_ids.shape[0]:
         raise ValueError(f"shapes do not fit: prompt_ids {tuple(prompt_ids.shape)}, prompt_mask "
                          f"{tuple(prompt_mask.shape)}, group {tuple(group.shape)}, response_ids {tuple(response_ids.shape)}")
@@ -254,6 +262,9 @@ def shared_prefix_logprobs(
     elif response_lengths.shape != (B,) or bool(((response_lengths < 1) | (response_lengths > T)).any()):
         raise ValueError(f"response_lengths must be ({B},) with values in [1, {T}], got "
                          f"{response_lengths.tolist() if response_lengths.numel() <= 16 else tuple(response_lengths.shape)}")
+    if not lean_engine_supports(model):
+        return _cached_shared_prefix(model, prompt_ids, prompt_mask, group, response_ids, temperature, return_entropy,
+                                     response_lengths)
     # the response positions that go through the layers, as indices into the B*T grid; each scores the next token
     fed = (r_idx < response_lengths[:, None] - 1).flatten().nonzero().squeeze(-1)  # (M,)
     ok = prompt_mask.bool()
@@ -295,6 +306,43 @@ def shared_prefix_logprobs(
     out = _logprobs_and_entropy(logits[None], response_ids.flatten()[scored][None], temperature, return_entropy)
     grid = lambda v: v.new_zeros(B * T).index_copy(0, scored, v[0]).view(B, T)  # noqa: E731
     return tuple(grid(v) for v in out) if return_entropy else grid(out)
+
+
+def shared_prefix_refusal(model: torch.nn.Module) -> str | None:
+    """Why :func:`shared_prefix_logprobs` cannot run ``model``, or None when it can: it runs the lean
+    engine's models and any ``transformers`` causal LM that keeps a cache when it trains, which one under
+    gradient checkpointing does not."""
+    if lean_engine_supports(model):
+        return None
+    base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+    if not isinstance(base, GenerationMixin):
+        return f"it runs a transformers causal LM (or a peft model around one), not {type(model).__name__}"
+    if any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
+        return "gradient checkpointing is on (transformers keeps no cache in training then)"
+    return None
+
+
+def _cached_shared_prefix(model, prompt_ids, prompt_mask, group, response_ids, temperature, return_entropy,
+                          response_lengths):
+    """:func:`shared_prefix_logprobs` through the model's own forward and cache (see there)."""
+    B, T = response_ids.shape
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids_from_mask(prompt_mask),
+                use_cache=True, logits_to_keep=1)
+    if out.cache is None:
+        raise RuntimeError(f"{type(model).__name__} returned no cache from its prompt pass")
+    logits = out.logits[:, -1][group][:, None]  # (B, 1, V): the last prompt position scores response token 0
+    if T > 1:
+        cache = out.cache
+        cache.batch_select_indices(group)  # each response's copy of its prompt's keys and values (autograd adds)
+        r_idx = torch.arange(T - 1, device=response_ids.device)
+        response_mask = (r_idx < response_lengths[:, None]).to(prompt_mask.dtype)
+        positions = prompt_mask.sum(-1)[group][:, None] + r_idx
+        rest = model(input_ids=response_ids[:, :-1], attention_mask=torch.cat([prompt_mask[group], response_mask], 1),
+                     position_ids=positions, cache=cache, use_cache=True).logits  # (B, T-1, V)
+        logits = torch.cat([logits, rest], 1)
+    real = torch.arange(T, device=response_ids.device) < response_lengths[:, None]
+    out = _logprobs_and_entropy(logits, response_ids, temperature, return_entropy)
+    return tuple(torch.where(real, v, 0.0) for v in out) if return_entropy else torch.where(real, out, 0.0)
 
 
 def _rms(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:

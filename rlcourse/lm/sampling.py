@@ -225,14 +225,17 @@ def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_token
     ``advance(tok, done, n_done) -> (B,V)``, which feeds one sampled token per row and returns the
     logits that follow (rows already ``done``, ``n_done`` of them, get logits that the caller ignores).
 
-    The lean engine runs each prompt once and copies its keys and values to its ``G`` samples
-    (prefix sharing), and drops finished rows from the decode batch once a quarter of them are done.
+    Both engines run each prompt once and copy its keys and values to its ``G`` samples (prefix
+    sharing: ``transformers``' cache by ``batch_repeat_interleave``); the lean engine also drops
+    finished rows from the decode batch once a quarter of them are done.
     """
     if engine == "hf" or not lean_engine_supports(model):
-        ids, mask = ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0)
         positions = position_ids_from_mask(mask)
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        hf = {"cache": out.cache, "pos": positions[:, -1:], "attn": mask}
+        cache = out.cache
+        if G > 1:
+            cache.batch_repeat_interleave(G)
+        hf = {"cache": cache, "pos": positions.repeat_interleave(G, 0)[:, -1:], "attn": mask.repeat_interleave(G, 0)}
 
         def advance_hf(tok, done, n_done):
             hf["pos"] = hf["pos"] + 1
@@ -241,7 +244,7 @@ def _decoder(model, ids: torch.Tensor, mask: torch.Tensor, G: int, max_new_token
                          cache=hf["cache"], use_cache=True)
             hf["cache"] = step.cache
             return step.logits[:, -1]
-        return out.logits[:, -1], advance_hf
+        return out.logits[:, -1].repeat_interleave(G, 0), advance_hf
 
     N = ids.shape[0]
     weights = LeanWeights.from_model(model)
