@@ -17,8 +17,22 @@ An earlier version of this benchmark left TRL's default (checkpointing on) again
 it, and measured a ratio of 0.74 on a loaded 2-core CPU. Made alike, on the same 2-core CPU otherwise
 idle (6 Dec 2026, TRL 1.16.0, torch 2.13.0): checkpointing off on both, TRL 3.026 s/step and rlcourse
 3.010 (ratio 0.99; rlcourse's rollout 1.214 s, update 1.817 s at 65% of the measured matmul rate);
-checkpointing on on both, 4.067 against 4.125 (ratio 1.01). So the earlier 0.74 was TRL's checkpointing,
-and the target of 0.7 is missed: at equal settings the two are at parity.
+checkpointing on on both, 4.067 against 4.125 (ratio 1.01). So the earlier 0.74 was TRL's checkpointing:
+at equal settings the two did the same work at the same speed.
+
+What then closed the gap is work not done, on either side of the step: each prompt goes through the
+model once for its ``G`` samples. The sampler runs the prompt batch once and copies its cache rows
+(``batch_repeat_interleave``); the update runs the distinct prompts once with a cache that keeps its
+autograd graph and scores the responses against copies of it (``rlcourse.lm.model.shared_prefix_logprobs``).
+Measured on another 2-core CPU, otherwise idle (6 Dec 2026, same versions), with checkpointing off on
+both, two runs: TRL 4.255 and 4.051 s/step, rlcourse 1.938 and 1.982 (ratios 0.46 and 0.49, target
+met; rollout 0.84-0.96 s, update 1.03-1.09 s). With checkpointing on on both: 4.505 against 4.059
+(ratio 0.90, target missed): ``transformers`` keeps no cache while it trains under checkpointing, so
+the update refuses to share the prompt and runs every row in full; only the rollout's sharing remains.
+The update's rate is counted over the tokens it must process (each group's prompt once when shared;
+padding not counted, so it is a lower bound on the work done): 59% of the measured matmul rate with
+checkpointing off (98 GFLOP/s over 1165 tokens per step), and 36% with it on, where the recomputed
+forward is work this count does not credit.
 
 It also prints the update's achieved FLOP/s against this machine's measured matmul rate: with LoRA
 the backward pass still propagates activation gradients through every frozen weight, so a step costs
@@ -140,8 +154,12 @@ def main(argv=None) -> int:
     run = alternate(trl_times, our_times, args.rounds)
     trl_step, our_step, ratio, stages, hist = run["trl"], run["ours"], run["ratio"], run["stages"], run["history"]
 
-    # the update's achieved FLOP/s: the rows trained, at the width they were trained at
-    tokens = statistics.median([(m["prompt_tokens"] + m["response_tokens"]) * m["frac_rows_trained"] for m in hist])
+    # the update's achieved FLOP/s over the tokens it must process: the trained rows' responses, and
+    # their prompts once per group where the update shares the prompt forward (off under checkpointing,
+    # where each row's prompt runs again); padding is not counted, so this is a lower bound on the work
+    per_prompt = args.generations if not args.gradient_checkpointing else 1
+    tokens = statistics.median([(m["prompt_tokens"] / per_prompt + m["response_tokens"]) * m["frac_rows_trained"]
+                                for m in hist])
     seq_len = statistics.median([(m["prompt_tokens"] + m["response_tokens"]) / (args.prompts * args.generations)
                                  for m in hist])
     achieved = update_flops(base, int(tokens), int(seq_len)) / stages["time_update"]

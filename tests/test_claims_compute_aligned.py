@@ -10,6 +10,10 @@ budget). On the tiny language model the control (standard training raises pass@1
 model) must not come out "does not hold"; the aligned arms' verdicts are asserted only to be
 consistent with claims.decide on the measured interval.
 
+The verdicts are decided by claims.decide (Student-t interval on the paired per-seed differences);
+the LM's pass@k claim is gated on the hard-prompt control (lm_control_verdict): uninformative unless
+that control holds. Numbers of an earlier run, under the earlier percentile-bootstrap rule:
+
 Book run, 2 Dec 2026 (both tests passed in 298 s wall, 76 s CPU, load 12-16 on the shared 2-core
 machine; the chapter executed in the book profile in 344 s wall, 84 s CPU, load 13-15, and in 62 s at
 load about 2 before the one-seed sensitivity run was added). Exact bandit, 5 bandits, budget 30:
@@ -33,26 +37,38 @@ from rlcourse.methods import compute_aligned as C
 pytestmark = pytest.mark.claims
 
 
+def _consistent(v) -> bool:
+    """The verdict is claims.decide's on its own per-seed differences (unless a control gates it)."""
+    m = np.asarray(v.method_values, dtype=float)
+    d = m - (np.asarray(v.baseline_values, dtype=float) if v.baseline_values is not None else v.claim.reference)
+    if v.control_verdict is not None and v.control_verdict != "holds":
+        return v.verdict == "uninformative"
+    return v.verdict == decide(v.claim.kind, v.claim.margin, d)
+
+
 def test_bandit_claims_direction():
     P = rlcourse.profile()
     out = C.run_bandit_experiment(P, C.BanditConfig(steps=P.pick(smoke=30, book=150), budget=30.0))
     runs = out["runs"]
-    ik, i1, jm = C.PASS_KS.index(8), C.PASS_KS.index(1), C.MAJ_KS.index(8)
+    ik, i1 = C.PASS_KS.index(8), C.PASS_KS.index(1)
     final = lambda arm, key, i: np.mean([r["final"][key][i] for r in runs[arm]])  # noqa: E731
     start = np.mean([r["start"]["pass"][ik] for r in runs["pass@k"]])
     assert final("pass@k", "pass", ik) > start  # the control: the budget moves pass@8
     assert final("pass@k", "pass", ik) > final("standard", "pass", ik)
     assert final("standard", "pass", i1) > final("pass@k", "pass", i1)
     v = C.bandit_verdicts(out)
-    assert v["control"].verdict == "holds" and v["pass"].verdict == "holds"
-    # maj@8: the chapter's budget sweep shows the sign depends on the budget; only consistency is asserted
-    assert v["maj"].verdict == decide("greater", 0.0, v["maj"].low, v["maj"].high, v["maj"].seeds)
+    assert v["control"].verdict == "holds", v["control"].sentence()
+    assert v["pass"].verdict == "holds", v["pass"].sentence()  # a mechanism check: close to guaranteed
+    # maj@8 (its sign changes with the budget in the chapter's sweep) and the pass@1 trade-off: consistency
+    for key in ("maj", "tradeoff"):
+        assert _consistent(v[key]), v[key].sentence()
 
 
 def test_lm_claims_consistent():
-    out = C.run_lm_experiment(rlcourse.profile())
-    v = C.lm_verdicts(out)
+    P = rlcourse.profile()
+    control = C.lm_control_verdict(C.run_lm_control(P))
+    v = C.lm_verdicts(C.run_lm_experiment(P), control=control)
     assert v["control"].verdict != "does not hold", v["control"].sentence()
+    assert _consistent(control), control.sentence()
     for verdict in v.values():
-        assert verdict.verdict == decide(verdict.claim.kind, verdict.claim.margin, verdict.low, verdict.high,
-                                         verdict.seeds)
+        assert _consistent(verdict), verdict.sentence()

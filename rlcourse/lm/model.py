@@ -330,7 +330,8 @@ def _cached_shared_prefix(model, prompt_ids, prompt_mask, group, response_ids, t
                 use_cache=True, logits_to_keep=1)
     if out.cache is None:
         raise RuntimeError(f"{type(model).__name__} returned no cache from its prompt pass")
-    logits = out.logits[:, -1][group][:, None]  # (B, 1, V): the last prompt position scores response token 0
+    first = out.logits[:, -1][group][:, None]  # (B, 1, V): the last prompt position scores response token 0
+    parts = [_logprobs_and_entropy(first, response_ids[:, :1], temperature, return_entropy)]
     if T > 1:
         cache = out.cache
         cache.batch_select_indices(group)  # each response's copy of its prompt's keys and values (autograd adds)
@@ -339,10 +340,12 @@ def _cached_shared_prefix(model, prompt_ids, prompt_mask, group, response_ids, t
         positions = prompt_mask.sum(-1)[group][:, None] + r_idx
         rest = model(input_ids=response_ids[:, :-1], attention_mask=torch.cat([prompt_mask[group], response_mask], 1),
                      position_ids=positions, cache=cache, use_cache=True).logits  # (B, T-1, V)
-        logits = torch.cat([logits, rest], 1)
+        # scored apart from the first position: a concatenation would copy the (B, T, V) logits
+        parts.append(_logprobs_and_entropy(rest, response_ids[:, 1:], temperature, return_entropy))
     real = torch.arange(T, device=response_ids.device) < response_lengths[:, None]
-    out = _logprobs_and_entropy(logits, response_ids, temperature, return_entropy)
-    return tuple(torch.where(real, v, 0.0) for v in out) if return_entropy else torch.where(real, out, 0.0)
+    if not return_entropy:
+        return torch.where(real, torch.cat(parts, 1), 0.0)
+    return tuple(torch.where(real, torch.cat(v, 1), 0.0) for v in zip(*parts))
 
 
 def _rms(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
