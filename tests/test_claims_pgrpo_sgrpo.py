@@ -27,8 +27,11 @@ def test_pgrpo_claims_book_profile():
     assert v["vs-pooled"].verdict == "holds"
     # and above GRPO per prompt (which never mixes users). At 3 seeds on the percentile bootstrap this
     # read "holds"; the book-profile run of 5 Dec 2026 at 5 seeds on the t interval computed
-    # "inconclusive": +0.053 [-0.030, 0.136], p = 0.075, smallest detectable effect 0.111
-    assert v["vs-grpo"].verdict == "inconclusive", v["vs-grpo"].sentence()
+    # "inconclusive": +0.053 [-0.030, 0.136], p = 0.075, smallest detectable effect 0.111. The run of
+    # 6 Dec 2026 on the code since (the experiment a study on the one runner, the decode engine changed in
+    # its last bits) computed "holds": +0.070 [0.008, 0.131], p = 0.017. Two runs of one design on either
+    # side of the rule's edge: the effect is near the smallest this many seeds can detect
+    assert v["vs-grpo"].verdict == "holds", v["vs-grpo"].sentence()
     # the stale-history bias of the proposition: the minority's mean advantage is positive: holds
     assert v["stale"].verdict == "holds"
     assert np.all(minority_mean_advantage(res) > 0)
@@ -43,7 +46,7 @@ def test_sgrpo_claims_book_profile():
 
     prof = rlcourse.profile("book")
     choice = choose_sft_lr(prof)
-    assert choice["seeds"] == [10, 11, 12]  # disjoint from the reported seeds 0-2
+    assert choice["seeds"] == list(range(10, 10 + prof.seeds))  # disjoint from the reported seeds 0..seeds-1
     res = run_sgrpo_frontier(prof)
     v = sgrpo_verdicts(res, sft_lr=choice["lr"])
     for name, verdict in v.items():
@@ -61,9 +64,13 @@ def test_sgrpo_claims_book_profile():
     assert v["vs-grpo"].verdict == "holds"
     # S-GRPO's final addition above SFT's at SFT's best rate: the earlier run (SFT at the RL rate, which
     # gained more than S-GRPO) computed "does not hold"; so does the book run of 5 Dec 2026 (5 seeds, t
-    # intervals, SFT at the rate chosen on seeds 10-12): -0.086 [-0.147, -0.025]
-    assert v["vs-sft-gain"].verdict == "does not hold", v["vs-sft-gain"].sentence()
+    # intervals, SFT at the rate chosen on seeds 10-12): -0.086 [-0.147, -0.025]. The run of 6 Dec 2026
+    # (the SFT rate now chosen on seeds 10-14, as many as the reported ones; the experiment a study on the
+    # one runner) computed "inconclusive": -0.083 [-0.220, 0.054], p = 0.92, detectable 0.184
+    assert v["vs-sft-gain"].verdict == "inconclusive", v["vs-sft-gain"].sentence()
     # at S-GRPO's gain, read off the SFT frontier, SFT forgets more sort than S-GRPO: "holds" at 3 seeds
     # on the bootstrap; the 5 Dec 2026 run computed "inconclusive", -0.020 [-0.497, 0.457] (the frontier
-    # read at one seed's gain varies widely between seeds), smallest detectable effect 0.64
-    assert v["forgetting"].verdict == "inconclusive", v["forgetting"].sentence()
+    # read at one seed's gain varies widely between seeds), smallest detectable effect 0.64; the 6 Dec
+    # 2026 run "holds", +0.113 [0.003, 0.222], p = 0.023 (the SFT frontier read at S-GRPO's gain
+    # gave 0.836 on every seed)
+    assert v["forgetting"].verdict == "holds", v["forgetting"].sentence()
