@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GenerationMixin, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from ..lora import is_peft_model
 from ..profiles import Profile, profile as current_profile
 from .engine import lean_engine_supports, rms_norm, rotary_angles, rotate, signed_sin
 
@@ -314,7 +315,7 @@ def shared_prefix_refusal(model: torch.nn.Module) -> str | None:
     gradient checkpointing does not."""
     if lean_engine_supports(model):
         return None
-    base = model.get_base_model() if hasattr(model, "peft_config") and hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if is_peft_model(model) else model
     if not isinstance(base, GenerationMixin):
         return f"it runs a transformers causal LM (or a peft model around one), not {type(model).__name__}"
     if any(getattr(m, "gradient_checkpointing", False) for m in model.modules()):
