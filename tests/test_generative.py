@@ -1,11 +1,13 @@
 """Unit tests of rlcourse.generative: the flow model's math, ParetoSlider's advantages, FDFO's targets."""
 import copy
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import rlcourse
 from rlcourse.generative import flow as F
 from rlcourse.generative import paretoslider as PS
 from rlcourse.profiles import one_torch_thread
@@ -131,6 +133,30 @@ def test_conditioning_is_ignored_at_initialisation_and_shapes_are_checked():
         model(x, t[:3])
     with pytest.raises(ValueError):
         F.VelocityMLP(2, 16, 3)(x, t, torch.rand(4, 1))
+
+
+def test_load_flow_survives_two_processes_building_the_same_model(tmp_path, monkeypatch):
+    """Two study workers that build one flow model at once each save and rename their own file: here the
+    second process (a different pid) saves and renames between the first one's save and its rename, the
+    interleaving that once made a book-profile grid fail with FileNotFoundError."""
+    monkeypatch.setenv("RLCOURSE_CACHE", str(tmp_path))
+    recipe_prof = rlcourse.profile("smoke")
+    untrained = lambda recipe: (F.VelocityMLP(2, recipe.hidden, recipe.layers, recipe.cond_dim), [0.0])
+    monkeypatch.setattr(F, "pretrain_flow", untrained)
+    real_save, calls = torch.save, []
+
+    def save_then_let_the_other_process_finish(obj, path):
+        real_save(obj, path)
+        calls.append(str(path))
+        if len(calls) == 1:  # the other worker, whose whole build happens now
+            with monkeypatch.context() as m:
+                m.setattr(F.os, "getpid", lambda: 999_999)
+                F.load_flow("ring", recipe_prof)
+
+    monkeypatch.setattr(F.torch, "save", save_then_let_the_other_process_finish)
+    model, info = F.load_flow("ring", recipe_prof)
+    assert len(calls) == 2 and calls[0] != calls[1]
+    assert [p.name for p in (tmp_path / "flows").iterdir()] == [Path(info["path"]).name]
 
 
 # ------------------------------------------------------------------ ParetoSlider

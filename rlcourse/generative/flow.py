@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
@@ -473,7 +474,9 @@ def load_flow(data: str, prof: Profile | None = None, cond_dim: int = 1, seed: i
         model, losses = pretrain_flow(recipe)
     info = {"recipe": asdict(recipe), "seconds": time.perf_counter() - t0, "losses": losses, "path": str(path)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    # one temporary file per process: two workers that build the same model at once (a study's cells on
+    # loky) must not rename each other's file away; the last rename wins, with an identical model
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     torch.save({"state": model.state_dict(), "info": info}, tmp)
     tmp.replace(path)
     return model, info
