@@ -63,14 +63,18 @@ def test_growth_and_wasted_groups(toy):
 
 def test_the_weak_level_is_the_base_models_not_the_tasks():
     """The LM experiment's base model (pre-training seed 0) answers 3-digit sums far worse than 4-digit
-    ones (0.075 against 0.575 on 6 Dec 2026; 600 more pre-training steps left 3-digit near 0.1 while
-    4-digit rose to 0.87). Its answers are well-formed at every level (wrong sums, not a wrong format),
-    and a base model pre-trained from seed 1 (which stopped at the 1,500-step limit at accuracy 0.38)
-    orders the levels differently: 1.0 / 0.965 / 0.165 / 0.02, weakest at 4 digits. So which level is
-    weakest belongs to the pre-trained model, not to the task or its format."""
+    ones, and its answers are well-formed at every level (wrong sums, not a wrong format); a base model
+    pre-trained from seed 1 is weakest at another level, with its answers there mostly well-formed too.
+    So which level is weakest belongs to the pre-trained model, not to the task or its format.
+
+    Fresh-clone make claims of 6 Dec 2026, accuracy by level (1-4 digits), well-formed share:
+    seed 0 0.667 / 0.844 / 0.031 / 0.656, well-formed 1.0 at every level; seed 1 1.0 / 0.969 / 0.188 /
+    0.047, well-formed 1.0 / 1.0 / 0.797 / 0.922. An earlier version of this test asked seed 1 for
+    well-formed answers at every level too, which the chapter never claims (it reads seed 0's forms):
+    seed 1 writes a malformed answer to a fifth of the 3-digit prompts, not at its weakest level."""
     P = rlcourse.profile("book")
     seed0, seed1 = study.completion_forms(P, seed=0), study.completion_forms(P, seed=1)
-    for forms in (seed0, seed1):
-        assert min(forms["well_formed"]) >= 0.9, forms["well_formed"]
+    assert min(seed0["well_formed"]) >= 0.9, seed0["well_formed"]
     weakest = [min(range(4), key=lambda d: f["accuracy"][d]) for f in (seed0, seed1)]
     assert weakest[0] != weakest[1], (seed0["accuracy"], seed1["accuracy"])
+    assert seed1["well_formed"][weakest[1]] >= 0.9, seed1["well_formed"]
