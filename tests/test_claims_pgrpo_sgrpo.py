@@ -72,5 +72,6 @@ def test_sgrpo_claims_book_profile():
     # on the bootstrap; the 5 Dec 2026 run computed "inconclusive", -0.020 [-0.497, 0.457] (the frontier
     # read at one seed's gain varies widely between seeds), smallest detectable effect 0.64; the 6 Dec
     # 2026 run "holds", +0.113 [0.003, 0.222], p = 0.023 (the SFT frontier read at S-GRPO's gain
-    # gave 0.836 on every seed)
+    # gave 0.836 on every seed: the base model's whole sort accuracy, so SFT had lost all of it there, and
+    # the chapter says so, glued as sg_sft_ceiling; the fresh-clone make claims of 6 Dec 2026 passed on these pins)
     assert v["forgetting"].verdict == "holds", v["forgetting"].sentence()
