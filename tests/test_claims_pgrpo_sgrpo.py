@@ -1,13 +1,14 @@
 """The claims of the P-GRPO and S-GRPO chapters, run in the book profile (slow: `-m claims`).
 
-Each test runs the chapter's experiment and its verdict function. The asserted verdicts were computed by
-an earlier version of the experiments (3 paired seeds, 4 Dec 2026) under the earlier percentile
+Each test runs the chapter's experiment and its verdict function. The first asserted verdicts were computed
+by an earlier version of the experiments (3 paired seeds, 4 Dec 2026) under the earlier percentile
 bootstrap, which at 3 seeds called "holds" whenever every seed cleared the margin. Under the t-interval
-rule a book-profile re-run pins each verdict here with its date and numbers (P-GRPO: 5 Dec 2026, 5
-seeds: vs pooled and the stale-history bias still hold, vs GRPO per prompt is now inconclusive; S-GRPO:
-above GRPO holds, above SFT does not hold, forgetting less than SFT is now inconclusive). The S-GRPO
-adaptation claim now compares with SFT at the rate choose_sft_lr picks on seeds 10-12, which the
-earlier run did not.
+rule each verdict is pinned here with the run that computed it, and its history in a comment beside its
+assert. Now (6 Dec 2026, 5 seeds; confirmed by the fresh-clone make claims of that day): P-GRPO above the
+pooled normalisation holds, above GRPO per prompt holds (inconclusive on 5 Dec), the stale-history bias
+holds; S-GRPO above GRPO holds, above SFT at its best rate inconclusive (does not hold on 5 Dec), forgetting
+less than SFT holds (inconclusive on 5 Dec). The S-GRPO adaptation claim compares with SFT at the rate
+choose_sft_lr picks on seeds from 10 on, which the 4 Dec run did not.
 """
 import numpy as np
 import pytest
