@@ -51,7 +51,7 @@ test: $(STAMP)
 
 # The chapters' claims in the book profile (slow: several minutes per chapter); JOBS as for make book.
 claims: $(STAMP)
-	RLCOURSE_JOBS=$(JOBS) RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims
+	RLCOURSE_JOBS=$(JOBS) RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims --timeout 0
 
 # JupyterLab on the chapters: a chapter's .md opens as a notebook (jupytext), with this repository's
 # settings (.jupyter/lab/user-settings) instead of the user's own; jupyterlab-myst renders its MyST

@@ -33,11 +33,13 @@ gathered when it runs). Both reduce during ``backward``, so every process must r
 the engine needs, even a process whose rows were all skipped (:meth:`Engine.start_update`,
 :meth:`Engine.idle_pass`). The process group comes from :mod:`torch.distributed` (``gloo`` on CPU; on GPUs
 a mixed group, ``nccl`` for CUDA tensors and ``gloo`` for the CPU scalars, see :func:`choose_backend`);
-:func:`init_from_env` starts it from the variables a launcher sets.
+:func:`init_from_env` starts it from the variables a launcher sets, and :func:`finish` ends it (engines
+first: a DDP wrapper that outlives its group can hang the process on its way out).
 """
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -224,12 +226,37 @@ class Engine(Group):
         finally:
             self.release()
 
+    def close(self) -> None:
+        """Let go of the engine's module (:func:`finish` calls it; the engine runs no pass after).
+
+        ``DistributedDataParallel``'s reducer holds the process group, and its destructor keeps
+        the GIL. Freed after ``destroy_process_group``, it destroys the group itself, and waits
+        for gloo's worker threads while one of them waits for the GIL to free a tensor of a finished
+        collective: both processes hang. Freed first, it leaves the group to
+        ``destroy_process_group``, whose destructor releases the GIL."""
+        self.release()
+        object.__setattr__(self, "module", None)  # frozen dataclass: the one field that changes, once
+
 
 def current() -> Group:
     """The data-parallel group of this process: torch.distributed's, when it is initialised."""
     if dist.is_available() and dist.is_initialized():
         return Group(rank=dist.get_rank(), world_size=dist.get_world_size())
     return Group()
+
+
+def finish(*groups: Group) -> None:
+    """End this process's part in a data-parallel run: close every :class:`Engine` among ``groups``
+    (:meth:`Engine.close`), collect the garbage they leave (a DDP wrapper sits in reference
+    cycles), then destroy the process group. In that order, or the run can hang on its way out;
+    nothing to do in a single process. Every process calls it, and nothing may use the engines
+    after."""
+    for group in groups:
+        if isinstance(group, Engine):
+            group.close()
+    gc.collect()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def metric_keys(values: dict, keep: Iterable[str] = ()) -> list[str]:

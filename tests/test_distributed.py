@@ -72,7 +72,7 @@ def _ranks_log_different_keys(rank: int, world: int, port: int, out: str) -> Non
     from rlcourse.train import RLConfig, Trainer
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    _init_group(rank, world, port)
     try:
         tok = char_chat_tokenizer()
         model = build_tiny_qwen2(tok, 32, 64, 1, 2, 1, 128, seed=1)
@@ -88,13 +88,39 @@ def _ranks_log_different_keys(rank: int, world: int, port: int, out: str) -> Non
         dist.destroy_process_group()
 
 
+def _init_group(rank: int, world: int, port: int) -> None:
+    """A gloo group on this machine whose collectives give up after 2 minutes (torch's default is
+    30): a test whose ranks disagree fails instead of waiting."""
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(minutes=2))
+
+
+def _run_processes(fn, args: tuple, nprocs: int = 2, timeout: float = 300.0) -> None:
+    """``mp.spawn(fn, args, nprocs)``, but a run that has not ended after ``timeout`` seconds is
+    stopped and fails the test, naming the ranks still running (``mp.spawn`` waits forever)."""
+    import time
+
+    import torch.multiprocessing as mp
+
+    context = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    while not context.join(timeout=max(deadline - time.monotonic(), 0.1)):  # raises if a process failed
+        if time.monotonic() >= deadline:
+            alive = [rank for rank, process in enumerate(context.processes) if process.is_alive()]
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"{fn.__name__}: ranks {alive} of {nprocs} still running after {timeout:.0f} s (stopped)")
+
+
 def test_ranks_that_log_different_metrics_reduce_over_the_same_keys(tmp_path):
     """beta = 0 skips zero-advantage rows; a rank with no live row logs fewer keys. The metrics must
     still reduce (a vector of each rank's own keys made gloo abort: "48 vs 40") to one dict on every
     rank, and a metric only one rank logged is that rank's value."""
-    import torch.multiprocessing as mp
-
-    mp.spawn(_ranks_log_different_keys, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    _run_processes(_ranks_log_different_keys, (2, _free_port(), str(tmp_path)))
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0.keys() == r1.keys() and "pg_clipfrac" in r0
     for key in r0:
@@ -282,16 +308,16 @@ def _engine_run(rank: int, world: int, port: int, out: str, parallel: str, steps
     same 5 prompts (3 for rank 0, 2 for rank 1); only the first ``LIVE_STEPS[step]`` have rewards
     that differ, so at steps 1 and 3 rank 1 has no live row at all. Micro-batches of 2 rows give
     rank 0 three passes and rank 1 none or two."""
-    import torch.distributed as dist
-
     from rlcourse.capstone import add_lora, build_tiny_qwen2, char_chat_tokenizer
     from rlcourse.capstone.parallel import ParallelTrainer
+    from rlcourse.distributed import finish
     from rlcourse.tasks import get_task
     from rlcourse.train import RLConfig
 
     torch.set_num_threads(1)
     if world > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        _init_group(rank, world, port)
+    trainer = None
     try:
         tok = char_chat_tokenizer()
         policy = add_lora(build_tiny_qwen2(tok, 32, 64, 2, 2, 1, 128, seed=1), r=4, alpha=8,
@@ -312,13 +338,12 @@ def _engine_run(rank: int, world: int, port: int, out: str, parallel: str, steps
                                   resume=resume)
         trainer.train()
     finally:
-        if world > 1:
-            dist.destroy_process_group()
+        if world > 1:  # the DDP wrapper first, then the group (destroyed the other way round, both ranks could hang)
+            finish(*([trainer.dp] if trainer is not None else []))
 
 
 def _spawn(parallel: str, out: Path, steps: int, resume: bool = False) -> None:
-    import torch.multiprocessing as mp
-    mp.spawn(_engine_run, args=(2, _free_port(), str(out), parallel, steps, resume), nprocs=2, join=True)
+    _run_processes(_engine_run, (2, _free_port(), str(out), parallel, steps, resume))
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
@@ -347,6 +372,28 @@ def test_engines_take_the_steps_of_one_process_and_resume_exactly(tmp_path, para
     resumed = _adapter(tmp_path / "cut" / "checkpoint-000003")
     for key in dp:
         assert torch.equal(resumed[key], dp[key]), key
+
+
+def test_finish_frees_the_ddp_wrapper_while_the_group_still_exists(tmp_path):
+    """DDP's reducer holds the process group and keeps the GIL in its destructor: freed after
+    ``destroy_process_group`` it destroys the group itself, waiting for a gloo thread that waits for
+    the GIL (the DDP test above hung so in 2 of 9 runs on this machine). :func:`finish` frees the
+    wrapper first; the engine is unusable after."""
+    import weakref
+
+    import torch.distributed as dist
+
+    from rlcourse.distributed import Engine, PARALLEL, finish
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    model = torch.nn.Linear(2, 1)
+    engine = Engine(0, 1, "ddp", PARALLEL["ddp"](model, torch.optim.SGD(model.parameters(), lr=0.1)))
+    engine.module(torch.ones(3, 2)).sum().backward()  # a reduction ran: the group's threads have worked
+    group_alive_when_freed = []
+    weakref.finalize(engine.module, lambda: group_alive_when_freed.append(dist.is_initialized()))
+    finish(engine)
+    assert group_alive_when_freed == [True] and engine.module is None and not dist.is_initialized()
+    finish()  # a single process, or a group already ended: nothing to do
 
 
 def test_optimizer_state_round_trips_between_indices_and_names_and_unknown_engines_are_refused():

@@ -86,15 +86,21 @@ def config_from_mapping(data: dict):
 def train_from_config(path: str | Path, output_dir: str | None = None, resume: bool | None = None,
                       progress: bool = True) -> dict:
     """Run :func:`~rlcourse.capstone.grpo_lora.run_grpo_lora` from a config file, in this process
-    or, under a launcher, as one of several data-parallel processes."""
-    from ..distributed import init_from_env
+    or, under a launcher, as one of several data-parallel processes. A process group this call
+    started is ended before it returns (:func:`rlcourse.distributed.finish`): the result's trainer
+    can be read, not trained further."""
+    from ..distributed import current, finish, init_from_env
     from .grpo_lora import run_grpo_lora
 
     cfg, run = config_from_mapping(read_config_file(path))
+    started = current().world_size == 1
     group = init_from_env()
-    return run_grpo_lora(cfg, output_dir=output_dir or run.get("output_dir"),
-                         resume=run.get("resume", False) if resume is None else resume, seed=run.get("seed", 0),
-                         progress=progress and group.is_main)
+    result = run_grpo_lora(cfg, output_dir=output_dir or run.get("output_dir"),
+                           resume=run.get("resume", False) if resume is None else resume, seed=run.get("seed", 0),
+                           progress=progress and group.is_main)
+    if started and group.world_size > 1:
+        finish(result["trainer"].dp)
+    return result
 
 
 def one_line(err: BaseException) -> str:
