@@ -247,10 +247,10 @@ def current() -> Group:
 
 def finish(*groups: Group) -> None:
     """End this process's part in a data-parallel run: close every :class:`Engine` among ``groups``
-    (:meth:`Engine.close`), collect the garbage they leave (a DDP wrapper sits in reference
-    cycles), then destroy the process group. In that order, or the run can hang on its way out;
-    nothing to do in a single process. Every process calls it, and nothing may use the engines
-    after."""
+    (:meth:`Engine.close`), collect the garbage (a wrapper caught in a reference cycle is freed only
+    by the collector, which could otherwise run after the group is gone), then destroy the process
+    group. In that order, or the run can hang on its way out; nothing to do in a single process.
+    Every process calls it, and nothing may use the engines after."""
     for group in groups:
         if isinstance(group, Engine):
             group.close()
