@@ -377,7 +377,7 @@ def test_engines_take_the_steps_of_one_process_and_resume_exactly(tmp_path, para
 def test_finish_frees_the_ddp_wrapper_while_the_group_still_exists(tmp_path):
     """DDP's reducer holds the process group and keeps the GIL in its destructor: freed after
     ``destroy_process_group`` it destroys the group itself, waiting for a gloo thread that waits for
-    the GIL (the DDP test above hung so in 2 of 9 runs on this machine). :func:`finish` frees the
+    the GIL (the DDP test above hung so in 2 of 9 runs on a 2-core machine, 7 Dec 2026). :func:`finish` frees the
     wrapper first; the engine is unusable after."""
     import weakref
 
