@@ -36,9 +36,10 @@ $(STAMP): pyproject.toml
 # one try made (the lab, 141 s alone, ran over 20 minutes beside the advantages chapter's workers).
 JOBS ?= 1
 CHAPTER_JOBS ?= 1
-# per-cell limit of that step: the advantages chapter's race (nine 300-step runs) passed the 900 s of
-# _config.yml (which a build without this step keeps) in a fresh-clone make book at load ~3
-BOOK_TIMEOUT ?= 1800
+# per-cell limit of that step: the advantages chapter's race passed the 900 s of _config.yml (which a
+# build without this step keeps) in a fresh-clone make book at load ~3, and took 1378 s at JOBS=1 on an
+# idle 2-core machine (7 Dec 2026): an hour leaves a laptop 2.6 times slower room to finish
+BOOK_TIMEOUT ?= 3600
 BOOK_ENV = RLCOURSE_JOBS=$(JOBS) RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE)
 book: $(STAMP)
 	$(BOOK_ENV) $(PY) scripts/execute_book.py --jobs $(CHAPTER_JOBS) --timeout $(BOOK_TIMEOUT)

@@ -26,7 +26,7 @@ from .runner import Study, run_study
 
 # ---------------------------------------------------------------------- the experiment
 def sizes(prof: Profile | None = None) -> dict:
-    """Every size of the experiment, from the profile (fixed before the book run)."""
+    """Every size of the experiment, from the profile (fixed before the reported run)."""
     prof = prof or current_profile()
     lm = replace(prof, lm_hidden=prof.pick(smoke=32, book=64), lm_intermediate=prof.pick(smoke=64, book=192),
                  lm_layers=prof.pick(smoke=1, book=2), lm_heads=prof.pick(smoke=2, book=4), lm_max_positions=96)
