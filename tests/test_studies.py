@@ -3,7 +3,7 @@
 import pytest
 
 from rlcourse.studies import Study, cell_key, run_study, study_manifests
-from rlcourse.studies import demo
+from rlcourse.studies import demo, runner
 
 
 def small(**kw):
@@ -46,7 +46,7 @@ def test_ray_gives_the_same_metrics_per_cell(monkeypatch):
     assert serial.metrics == on_ray.metrics
 
 
-def test_the_cache_resumes_and_a_change_reruns(tmp_path):
+def test_the_cache_resumes_and_a_change_reruns(tmp_path, monkeypatch):
     s = small()
     first = run_study(s, cache_root=tmp_path)
     assert not first.cached and len(list((tmp_path / "demo").glob("[0-9a-f]*.json"))) == len(s.cells())
@@ -59,9 +59,15 @@ def test_the_cache_resumes_and_a_change_reruns(tmp_path):
     assert again.cpu_seconds > 0 and again.wall_seconds > 0
     # new sizes are a new key: nothing cached is read
     assert not run_study(small(lr=0.4), cache_root=tmp_path).cached
-    # the study's last run is on record with its cost
-    (manifest,) = study_manifests(tmp_path)
-    assert manifest["study"] == "demo" and manifest["cells"] == len(s.cells()) and manifest["cpu_seconds"] > 0
+    # every grid this process ran is on record with its cost, named by the size that tells them apart
+    grids = study_manifests(tmp_path)
+    assert [g["varies"] for g in grids] == [{"lr": s.sizes["lr"]}, {"lr": 0.4}]
+    assert all(g["study"] == "demo" and g["cells"] == len(s.cells()) and g["cpu_seconds"] > 0 for g in grids)
+    # a later execution (another process) replaces them: the manifest describes the study's last execution
+    monkeypatch.setattr(runner, "_PROCESS", "a later process")
+    run_study(s, cache_root=tmp_path)
+    (grid,) = study_manifests(tmp_path)
+    assert grid["cached"] == len(s.cells()) and grid["varies"] == {}
     # so is changed code
     assert cell_key(s, "REINFORCE", 0, code="a") != cell_key(s, "REINFORCE", 0, code="b")
 

@@ -315,24 +315,45 @@ def run_study(study: Study, *, jobs: int | None = None, backend: str | None = No
 
 
 MANIFEST = "_last_run.json"
+# which process wrote a manifest's grids: one chapter execution (or one claims test) runs in one process
+_PROCESS = f"{os.getpid()}-{time.time_ns()}"
+
+
+def _grid_key(study: Study) -> str:
+    """What tells a study's grids apart in its manifest: its arms, seeds and sizes."""
+    payload = {"arms": list(study.arms), "seeds": list(study.seeds), "sizes": dict(study.sizes)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _write_manifest(folder: Path, results: Results, jobs: int, backend: str) -> None:
-    """What the study's last run was: its grid, its cost in CPU seconds, and how it ran."""
+    """Record the grid just run, with its cost in CPU seconds and how it ran, in the study's manifest.
+
+    The manifest holds every grid of the study that the current process ran (a chapter that runs one
+    study at several sizes, a sweep, has one entry per size); a run from another process, a later
+    execution of the chapter, replaces them all, so the manifest describes the study's last execution.
+    """
     study = results.study
     folder.mkdir(parents=True, exist_ok=True)
-    data = {"study": study.name, "arms": list(study.arms), "seeds": list(study.seeds), "sizes": dict(study.sizes),
-            "cells": len(results.metrics), "cached": len(results.cached), "cpu_seconds": results.cpu_seconds,
-            "wall_seconds": results.wall_seconds, "jobs": jobs, "backend": backend,
-            "profile": os.environ.get("RLCOURSE_PROFILE", "book"), "recorded_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        old = json.loads((folder / MANIFEST).read_text())
+    except (OSError, json.JSONDecodeError):
+        old = {}
+    grids = old.get("grids", {}) if isinstance(old, dict) and old.get("process") == _PROCESS else {}
+    grids[_grid_key(study)] = {
+        "study": study.name, "arms": list(study.arms), "seeds": list(study.seeds), "sizes": dict(study.sizes),
+        "cells": len(results.metrics), "cached": len(results.cached), "cpu_seconds": results.cpu_seconds,
+        "wall_seconds": results.wall_seconds, "jobs": jobs, "backend": backend,
+        "profile": os.environ.get("RLCOURSE_PROFILE", "book"), "recorded_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     tmp = folder / f"{MANIFEST}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(data, indent=1))
+    tmp.write_text(json.dumps({"process": _PROCESS, "grids": grids}, indent=1))
     tmp.replace(folder / MANIFEST)
 
 
 def study_manifests(root: str | Path | None = None) -> list[dict]:
-    """The last run of every study cached under ``root`` (default: the model cache's ``studies``), by name:
-    its grid and its cost (``cpu_seconds``: what one core spends on it; ``N`` cores take about 1/N of that)."""
+    """Every grid of every study cached under ``root`` (default: the model cache's ``studies``), from each
+    study's last execution, sorted by study name then by when it ran: its arms, seeds, sizes and cost
+    (``cpu_seconds``: what one core spends on it; ``N`` cores take about 1/N of that). A study run at
+    several sizes in one execution gives several grids; ``varies`` names the sizes that tell them apart."""
     if root is None:
         from ..profiles import cache_dir
 
@@ -340,7 +361,12 @@ def study_manifests(root: str | Path | None = None) -> list[dict]:
     out = []
     for path in sorted(Path(root).glob(f"*/{MANIFEST}")):
         try:
-            out.append(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        grids = sorted(data.get("grids", {}).values(), key=lambda g: g["recorded_at"]) if "grids" in data else [data]
+        described = [{"arms": g["arms"], "seeds": g["seeds"], **g["sizes"]} for g in grids]
+        keys = sorted({k for d in described for k in d})
+        varies = [k for k in keys if len({json.dumps(d.get(k), sort_keys=True) for d in described}) > 1]
+        out.extend({**g, "varies": {k: d.get(k) for k in varies}} for g, d in zip(grids, described))
     return out
