@@ -35,8 +35,8 @@ $(STAMP): pyproject.toml
 # executes several chapters at once, for machines with cores to spare: on 2 cores it was slower in the
 # one try made (the lab, 141 s alone, ran over 20 minutes beside the advantages chapter's workers).
 # JOBS defaults to the cores this process may use, at most one per 2 GiB of memory (one process's peak
-# in make claims JOBS=1 was 1.7 GB): on 2 cores a fresh-clone make book took 98 minutes at JOBS=2
-# (6 Dec 2026) and 3 h 38 min at JOBS=1 (7 Dec 2026, README). JOBS=1 runs every cell in the chapter's
+# in make claims JOBS=1 was 1.7 GB): on 2 cores a fresh-clone make book took 2 h 26 min at JOBS=2
+# and 3 h 38 min at JOBS=1 (7 Dec 2026, README). JOBS=1 runs every cell in the chapter's
 # own kernel.
 JOBS ?= $(shell $(PYTHON) -c "import os; cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1; memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'); print(max(1, min(cores, memory // 2**31)))")
 CHAPTER_JOBS ?= 1
