@@ -1,8 +1,10 @@
 """rlcourse.studies: one runner for every chapter's grid, serially, over loky workers and on Ray, cached."""
 
+import json
+
 import pytest
 
-from rlcourse.studies import Study, cell_key, run_study, study_manifests
+from rlcourse.studies import Study, cell_key, grid_label, run_study, study_manifests
 from rlcourse.studies import demo, runner
 
 
@@ -68,8 +70,32 @@ def test_the_cache_resumes_and_a_change_reruns(tmp_path, monkeypatch):
     run_study(s, cache_root=tmp_path)
     (grid,) = study_manifests(tmp_path)
     assert grid["cached"] == len(s.cells()) and grid["varies"] == {}
+    assert grid_label(grids[1]) == "demo (lr 0.4)" and grid_label(grid) == "demo"
     # so is changed code
     assert cell_key(s, "REINFORCE", 0, code="a") != cell_key(s, "REINFORCE", 0, code="b")
+
+
+def test_a_grid_label_names_any_size_it_varies_by(tmp_path):
+    """Arms (a list of names), seeds, floats, nested lists, dicts and None all make a label; the
+    execution-status page failed on a list of arm names, which it tried to read as a run of integers."""
+    varies = {"arms": ["GRPO", "Dr. GRPO", "RLOO"], "seeds": [10, 11, 12], "lr": 0.003, "tag": None}
+    assert grid_label({"study": "s", "varies": varies}) == "s (arms GRPO,Dr. GRPO,RLOO, seeds 10-12, lr 0.003, tag None)"
+    varies = {"steps": [100, 200, 400], "mix": {"a": 1, "b": 2}, "widths": [[8, 16], [32]],
+              "flags": [True, False, True], "rates": [0.5, 1.5, 2.5]}
+    assert grid_label({"study": "s", "varies": varies}) == "s (steps 100,200,400, mix a/b, widths 8,16,32, +2 more)"
+    # a config that differs in one entry is named by that entry; dicts with different keys by their keys
+    grids = [{"study": "s", "arms": ["A", "B"], "seeds": [0], "sizes": {"cfg": {"k": 8, "budget": b}},
+              "recorded_at": f"2026-12-07 00:00:0{i}"} for i, b in enumerate([7.5, 15.0])]
+    grids.append({**grids[0], "sizes": {"cfg": {"k": 8}}, "recorded_at": "2026-12-07 00:00:09"})
+    for i, g in enumerate(grids):
+        (tmp_path / f"s{i}").mkdir()
+        (tmp_path / f"s{i}" / runner.MANIFEST).write_text(json.dumps(g))
+    assert [grid_label(m) for m in study_manifests(tmp_path)] == ["s"] * 3  # one grid per study: nothing varies
+    (tmp_path / "s0" / runner.MANIFEST).write_text(json.dumps({"process": "p", "grids": dict(enumerate(grids[:2]))}))
+    assert [grid_label(m) for m in study_manifests(tmp_path)][:2] == ["s (cfg.budget 7.5)", "s (cfg.budget 15)"]
+    assert runner._differences([g["sizes"] for g in grids]) == [{"cfg": {"k": 8, "budget": 7.5}},
+                                                               {"cfg": {"k": 8, "budget": 15.0}}, {"cfg": {"k": 8}}]
+    assert grid_label({"study": "s", "varies": {}}) == "s"
 
 
 def test_verdicts_come_from_the_grid():

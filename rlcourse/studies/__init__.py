@@ -18,6 +18,6 @@ modules the study names), so a rebuilt page reads them, an interrupted grid resu
 and a changed method re-runs. The defaults come from the environment: ``RLCOURSE_JOBS`` (workers, 1)
 and ``RLCOURSE_BACKEND`` (``loky`` or ``ray``); ``make book JOBS=N`` and ``make claims JOBS=N`` set them.
 """
-from .runner import Results, Study, cell_key, run_study, study_manifests
+from .runner import Results, Study, cell_key, grid_label, run_study, study_manifests
 
-__all__ = ["Study", "Results", "run_study", "cell_key", "study_manifests"]
+__all__ = ["Study", "Results", "run_study", "cell_key", "grid_label", "study_manifests"]

@@ -366,7 +366,48 @@ def study_manifests(root: str | Path | None = None) -> list[dict]:
             continue
         grids = sorted(data.get("grids", {}).values(), key=lambda g: g["recorded_at"]) if "grids" in data else [data]
         described = [{"arms": g["arms"], "seeds": g["seeds"], **g["sizes"]} for g in grids]
-        keys = sorted({k for d in described for k in d})
-        varies = [k for k in keys if len({json.dumps(d.get(k), sort_keys=True) for d in described}) > 1]
-        out.extend({**g, "varies": {k: d.get(k) for k in varies}} for g, d in zip(grids, described))
+        out.extend({**g, "varies": v} for g, v in zip(grids, _differences(described)))
     return out
+
+
+def _differences(settings: list[dict], prefix: str = "") -> list[dict]:
+    """For each of several settings (dicts of sizes), the entries in which they differ. A dict that
+    differs between them but has the same keys in all is opened, its differing entries named
+    ``outer.inner`` (``cfg.budget``), so a grid is named by what tells it apart, not by a whole config."""
+    out = [{} for _ in settings]
+    for key in sorted({k for d in settings for k in d}, key=str):
+        values = [d.get(key) for d in settings]
+        if len({json.dumps(v, sort_keys=True, default=str) for v in values}) == 1:
+            continue
+        name = f"{prefix}{key}"
+        if all(isinstance(v, dict) for v in values) and len({tuple(v) for v in values}) == 1:
+            for entry, inner in zip(out, _differences(values, f"{name}.")):
+                entry.update(inner)
+        else:
+            for entry, value in zip(out, values):
+                entry[name] = value
+    return out
+
+
+def _short(value) -> str:
+    """A size's value, short enough for a table cell: a run of consecutive integers as ``first-last``,
+    a list or a dict's keys joined, a float in ``%g``; anything else as ``str``."""
+    if isinstance(value, dict):
+        return "/".join(map(str, value))
+    if isinstance(value, (list, tuple)):
+        if (len(value) > 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+                and list(value) == list(range(value[0], value[0] + len(value)))):
+            return f"{value[0]}-{value[-1]}"
+        return ",".join(map(_short, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def grid_label(manifest: dict) -> str:
+    """The name of one grid from :func:`study_manifests`: the study's name, followed by the sizes that
+    tell its grids apart (``varies``), e.g. ``r2po-lm (head_lr 0.003, seeds 10-12)``; past four, the
+    first three and how many more."""
+    parts = [f"{k} {_short(v)}" for k, v in manifest.get("varies", {}).items()]
+    if len(parts) > 4:
+        parts = parts[:3] + [f"+{len(parts) - 3} more"]
+    setting = ", ".join(parts)
+    return f"{manifest['study']} ({setting})" if setting else manifest["study"]
