@@ -32,8 +32,10 @@ $(STAMP): pyproject.toml
 # read last) turns them into the "Reproduction status" page.
 # JOBS: the worker processes a chapter's study grid runs on (rlcourse.studies, one BLAS thread each;
 # RLCOURSE_BACKEND=ray with RAY_ADDRESS set sends the cells to a Ray cluster instead). CHAPTER_JOBS > 1
-# executes several chapters at once, for machines with cores to spare: on 2 cores it was slower in the
-# one try made (the lab, 141 s alone, ran over 20 minutes beside the advantages chapter's workers).
+# executes several chapters at once, each kernel on cores / CHAPTER_JOBS torch threads
+# (OMP_NUM_THREADS, which rlcourse.torch_threads reads). An earlier try on 2 cores was slower (the lab,
+# 141 s alone, ran over 20 minutes beside the advantages chapter's workers): its chapters then forced two
+# threads each whatever the environment said, and threads spinning against each other stall.
 # JOBS defaults to the cores this process may use, at most one per 2 GiB of memory (one process's peak
 # in make claims JOBS=1 was 1.7 GB): on 2 cores a fresh-clone make book took 2 h 26 min at JOBS=2
 # and 3 h 38 min at JOBS=1 (7 Dec 2026, README). JOBS=1 runs every cell in the chapter's

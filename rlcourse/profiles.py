@@ -108,6 +108,34 @@ def cache_dir() -> Path:
     return path
 
 
+def count_from_env(name: str, default: int | None, what: str) -> int | None:
+    """The whole number ``>= 1`` that the environment variable ``name`` holds (``default`` where it
+    is unset); a clear error naming the variable otherwise. ``what`` names its unit in that error."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of {what}, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def torch_threads(cap: int = 2) -> int:
+    """The torch threads a chapter runs on: ``$OMP_NUM_THREADS`` where it is set (``make book`` sets it
+    to the cores divided by the chapters it executes at once), else the cores this process may use, at
+    most ``cap``. The book's networks are tiny: more threads than two buy nothing, and threads that
+    spin against another process's on a shared CPU slow small matrix products many times over
+    (:func:`one_torch_thread`)."""
+    threads = count_from_env("OMP_NUM_THREADS", None, "threads")
+    if threads is not None:
+        return threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cap, cores))
+
+
 @contextlib.contextmanager
 def one_torch_thread():
     """Run a block with one torch thread, then restore the previous setting. Tiny networks run

@@ -49,6 +49,22 @@ def test_profile_and_seed(monkeypatch):
         rlcourse.seed_everything(-1)
 
 
+def test_torch_threads_follow_the_environment_else_the_cores_at_most_two(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # make book running two chapters side by side on 2 cores
+    assert rlcourse.torch_threads() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert rlcourse.torch_threads() == 3
+    for bad in ("two", "0"):
+        monkeypatch.setenv("OMP_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match="OMP_NUM_THREADS"):
+            rlcourse.torch_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert rlcourse.torch_threads() == 2 and rlcourse.torch_threads(cap=8) == 8
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0}, raising=False)
+    assert rlcourse.torch_threads() == 1
+
+
 def test_cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("RLCOURSE_CACHE", str(tmp_path / "c"))
     assert rlcourse.cache_dir() == tmp_path / "c" and (tmp_path / "c").is_dir()

@@ -211,14 +211,9 @@ def _write_cell(path: Path, study: Study, arm: str, seed: int, metrics: dict, se
 
 def default_jobs() -> int:
     """The workers a study runs on when none are given: ``$RLCOURSE_JOBS``, or 1."""
-    raw = os.environ.get("RLCOURSE_JOBS", "1")
-    try:
-        jobs = int(raw)
-    except ValueError:
-        raise ValueError(f"RLCOURSE_JOBS must be a whole number of workers, got {raw!r}") from None
-    if jobs < 1:
-        raise ValueError(f"RLCOURSE_JOBS must be at least 1, got {jobs}")
-    return jobs
+    from ..profiles import count_from_env
+
+    return count_from_env("RLCOURSE_JOBS", 1, "workers")
 
 
 def _start_ray(jobs: int):
