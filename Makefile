@@ -30,23 +30,26 @@ $(STAMP): pyproject.toml
 # re-executes only the chapters that changed.
 # Chapters record their verdicts in _build/ledger; reports/reproduction.md (always re-executed, and
 # read last) turns them into the "Reproduction status" page.
-# JOBS: the worker processes a chapter's study grid runs on (rlcourse.studies, one BLAS thread each;
-# RLCOURSE_BACKEND=ray with RAY_ADDRESS set sends the cells to a Ray cluster instead). CHAPTER_JOBS > 1
-# executes several chapters at once, each kernel on cores / CHAPTER_JOBS torch threads
-# (OMP_NUM_THREADS, which rlcourse.torch_threads reads). An earlier try on 2 cores was slower (the lab,
-# 141 s alone, ran over 20 minutes beside the advantages chapter's workers): its chapters then forced two
-# threads each whatever the environment said, and threads spinning against each other stall.
-# JOBS defaults to the cores this process may use, at most one per 2 GiB of memory (one process's peak
-# in make claims JOBS=1 was 1.7 GB): on 2 cores a fresh-clone make book took 2 h 26 min at JOBS=2
-# and 3 h 38 min at JOBS=1 (7 Dec 2026, README). JOBS=1 runs every cell in the chapter's
-# own kernel.
+# JOBS: the processes make book (and make claims) may keep busy at once; by default the cores this
+# process may use, at most one per 2 GiB of memory (one process's peak in make claims JOBS=1 was
+# 1.7 GB), so 2 on a 2-core machine. make book executes CHAPTER_JOBS chapters side by side (default:
+# JOBS), each kernel on cores / CHAPTER_JOBS torch threads (OMP_NUM_THREADS, which
+# rlcourse.torch_threads reads), and runs each chapter's study grid (rlcourse.studies) on
+# JOBS / CHAPTER_JOBS worker processes, at least one; one runs the cells in the chapter's own kernel.
+# RLCOURSE_BACKEND=ray with RAY_ADDRESS set sends the cells to a Ray cluster instead.
+# On 2 cores (fresh clone, idle machine; the README gives the times): chapters side by side, the
+# default, beat one chapter at a time with its grids on 2 workers, whose chapters leave one core idle
+# through the ~1,400 s of cells outside any grid. An earlier try of chapters side by side was slower
+# (the lab, 141 s alone, ran over 20 minutes beside the advantages chapter's workers): its chapters
+# then forced two torch threads each, whatever the environment said, and spinning threads stall.
 JOBS ?= $(shell $(PYTHON) -c "import os; cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1; memory = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'); print(max(1, min(cores, memory // 2**31)))")
-CHAPTER_JOBS ?= 1
+CHAPTER_JOBS ?= $(JOBS)
+GRID_JOBS = $(shell echo $$(( $(JOBS) / $(CHAPTER_JOBS) > 1 ? $(JOBS) / $(CHAPTER_JOBS) : 1 )))
 # per-cell limit of that step: the advantages chapter's race passed the 900 s of _config.yml (which a
 # build without this step keeps) in a fresh-clone make book at load ~3, and took 1378 s at JOBS=1 on an
 # idle 2-core machine (7 Dec 2026): an hour leaves a laptop 2.6 times slower room to finish
 BOOK_TIMEOUT ?= 3600
-BOOK_ENV = RLCOURSE_JOBS=$(JOBS) RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE)
+BOOK_ENV = RLCOURSE_JOBS=$(GRID_JOBS) RLCOURSE_LEDGER=$(CURDIR)/_build/ledger/$${RLCOURSE_PROFILE:-book} RLCOURSE_PROFILE=$${RLCOURSE_PROFILE:-book} MPLBACKEND=$(INLINE)
 book: $(STAMP)
 	$(BOOK_ENV) $(PY) scripts/execute_book.py --jobs $(CHAPTER_JOBS) --timeout $(BOOK_TIMEOUT)
 	touch reports/papers.md reports/syllabus.md reports/reproduction.md reports/execution.md  # Sphinx re-reads (and so re-executes) only files that changed

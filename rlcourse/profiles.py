@@ -130,10 +130,12 @@ def torch_threads(cap: int = 2) -> int:
     spin against another process's on a shared CPU slow small matrix products many times over
     (:func:`one_torch_thread`)."""
     threads = count_from_env("OMP_NUM_THREADS", None, "threads")
-    if threads is not None:
-        return threads
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cap, cores))
+    return threads if threads is not None else max(1, min(cap, usable_cores()))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one, else all of them)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @contextlib.contextmanager

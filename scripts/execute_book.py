@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"not executable chapters of _toc.yml: {unknown}")
         chapters = [p for p in chapters if str(p.relative_to(ROOT).with_suffix("")) in args.only]
     from rlcourse import profile as current_profile  # validates RLCOURSE_PROFILE (default "book")
+    from rlcourse.profiles import usable_cores
 
     cache_for_profile(current_profile().name)
     cache = get_cache(str(CACHE))
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(chapters) - len(todo)} chapters cached, {len(todo)} to execute with {args.jobs} workers", flush=True)
     # chapters side by side must not each start one BLAS/OpenMP thread per core (oversubscribed threads
     # spin against each other)
-    threads = str(max(1, (os.cpu_count() or 1) // args.jobs))
+    threads = str(max(1, usable_cores() // args.jobs))
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, threads)
     failed, start = [], time.perf_counter()
