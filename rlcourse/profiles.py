@@ -125,12 +125,12 @@ def count_from_env(name: str, default: int | None, what: str) -> int | None:
 
 def torch_threads(cap: int = 2) -> int:
     """The torch threads a chapter runs on: ``$OMP_NUM_THREADS`` where it is set (``make book`` sets it
-    to the cores divided by the chapters it executes at once), else the cores this process may use, at
-    most ``cap``. The book's networks are tiny: more threads than two buy nothing, and threads that
-    spin against another process's on a shared CPU slow small matrix products many times over
-    (:func:`one_torch_thread`)."""
+    to the cores divided by the chapters it executes at once), else the cores this process may use;
+    at most ``cap`` either way. The book's networks are tiny: more threads than two buy nothing, and
+    threads that spin against another process's on a shared CPU slow small matrix products many
+    times over (:func:`one_torch_thread`)."""
     threads = count_from_env("OMP_NUM_THREADS", None, "threads")
-    return threads if threads is not None else max(1, min(cap, usable_cores()))
+    return max(1, min(cap, threads if threads is not None else usable_cores()))
 
 
 def usable_cores() -> int:

@@ -49,11 +49,11 @@ def test_profile_and_seed(monkeypatch):
         rlcourse.seed_everything(-1)
 
 
-def test_torch_threads_follow_the_environment_else_the_cores_at_most_two(monkeypatch):
+def test_torch_threads_follow_the_environment_else_the_cores_at_most_two_by_default(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # make book running two chapters side by side on 2 cores
     assert rlcourse.torch_threads() == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    assert rlcourse.torch_threads() == 3
+    assert rlcourse.torch_threads() == 2 and rlcourse.torch_threads(cap=8) == 3
     for bad in ("two", "0"):
         monkeypatch.setenv("OMP_NUM_THREADS", bad)
         with pytest.raises(ValueError, match="OMP_NUM_THREADS"):
