@@ -59,7 +59,8 @@ book: $(STAMP)
 test: $(STAMP)
 	RLCOURSE_PROFILE=smoke $(PY) -m pytest -q
 
-# The chapters' claims in the book profile (slow: several minutes per chapter); JOBS as for make book.
+# The chapters' claims in the book profile (slow: several minutes per chapter), one test at a time, each
+# grid on JOBS worker processes.
 claims: $(STAMP)
 	RLCOURSE_JOBS=$(JOBS) RLCOURSE_PROFILE=book $(PY) -m pytest -q -m claims --timeout 0
 
