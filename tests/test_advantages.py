@@ -162,10 +162,9 @@ def test_group_stats_is_the_one_group_statistic_bessel_by_default():
 
 def test_advantage_race_in_two_processes_equals_one():
     """The race's (estimator, seed) runs are independent: spread over two worker processes they give
-    exactly what one process gives (each run on one torch thread either way), and the target summary
-    reads the GRPO finals."""
+    exactly what one process gives (each run on one torch thread either way)."""
     import rlcourse
-    from rlcourse.studies.advantages import race_target, run_advantage_race
+    from rlcourse.studies.advantages import run_advantage_race
 
     P = rlcourse.profile("smoke")
     one = run_advantage_race(P, estimators=("rloo", "grpo"), seeds=[0, 1], workers=1, cache=False)
@@ -175,9 +174,6 @@ def test_advantage_race_in_two_processes_equals_one():
             a, b = one["runs"][s][est], two["runs"][s][est]
             assert a["final_accuracy"] == b["final_accuracy"]
             assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
-    t = race_target(one)
-    assert t["seeds"] == 2 and t["finals"] == [one["runs"][s]["grpo"]["final_accuracy"] for s in (0, 1)]
-    assert t["met"] == sum(f >= 0.9 for f in t["finals"]) and f"in {t['met']} of 2 seeds" in t["sentence"]
 
 
 def _untimed(metrics: dict) -> dict:

@@ -1,14 +1,12 @@
 """The advantages chapter's claims, in the book profile (slow: `make claims`).
 
-The accuracy race (300 steps, learning rate 2e-4 decayed linearly; see the chapter's note on tuning)
-over P.seeds seeds: the chapter states, from the claim objects, that every estimator lifts held-out
-greedy accuracy by more than 20 points over the base model; this test asserts those verdicts are
-"holds". GRPO's 90% is the lab's tuning target, not a paper's claim (it is not in the ledger, and the
-chapter reports it as a measurement): the test checks that the report counts the seeds at or above it
-correctly, not that they reach it. It used to assert the target on the seed mean; on a fresh machine
-(4 Dec 2026, one thread per process) GRPO ended at a mean of 0.878, as the chapter's note on tuning
-warns a run can (the target sits one to three points under what the tuned settings reached, and the
-number of threads changes the sampled tokens). A claims test asserts claims, so that assert went.
+The accuracy race (RACE_STEPS = 200 steps, learning rate 2e-4 decayed linearly to zero over them; see the
+chapter's note on tuning) over P.seeds seeds: the chapter states, from the claim objects, that every
+estimator lifts held-out greedy accuracy by more than 20 points over the base model; this test asserts
+those positive controls are "holds". An earlier version ran 300 steps and reported GRPO's 90% (the
+settings' tuning target) as a measurement; the race decides only its controls, so it was shortened,
+and the target went with the steps that reached it. Before the cut, two pilots chose the step count:
+100 steps on seeds 0-1 lifted by 0.19-0.24, and 150 steps on seeds 10-11 lifted GRPO by 0.25 and 0.23.
 The gradient-noise measurement must rank its positive control (rewards shifted by +1, no baseline) below
 every baseline estimator, or it could not have shown a baseline's effect. A one-seed book-profile
 measurement made while writing gave SNRs of 0.067 (control), 0.242 (REINFORCE), 0.193 (batch-mean
@@ -17,7 +15,7 @@ allows. The length-bias claim had only a one-seed pilot (wrong answers 6.31 vs 6
 training, grpo vs dapo); its margin is now 0.5 token, fixed before the 3-seed run.
 
 Book run of 6 Dec 2026 (code f37f59b, 5 seeds, Student-t intervals on the paired differences;
-`scripts/execute_book.py --only book/advantages` in the book profile, 915 s on one thread): every
+`scripts/execute_book.py --only book/advantages` in the book profile, 915 s on one thread; race at 300 steps): every
 estimator lifts accuracy (GRPO +0.329 [0.291, 0.367], REINFORCE +0.356 [0.320, 0.392], RLOO +0.330
 [0.296, 0.363]); the SNR control holds (REINFORCE over the shifted control +0.714 [0.488, 0.941]); the
 paper's RLOO-over-REINFORCE SNR claim does not hold (-0.123 [-0.214, -0.033], p = 0.99): RLOO's SNR is
@@ -30,8 +28,7 @@ import pytest
 
 import rlcourse
 from rlcourse.experiments import gradient_snr, snr_control_verdict, snr_verdict
-from rlcourse.studies.advantages import (RACE_TARGET, length_bias_verdict, race_target, race_verdicts,
-                                         run_advantage_race, run_length_bias)
+from rlcourse.studies.advantages import length_bias_verdict, race_verdicts, run_advantage_race, run_length_bias
 from rlcourse.profiles import one_torch_thread
 
 
@@ -43,8 +40,6 @@ def test_race_every_estimator_lifts_accuracy():
     for key in v:
         # each holds: every seed clears the claim's margin
         assert v[key].verdict == "holds", v[key].sentence()
-    target = race_target(race)  # a measurement the chapter reports, not a claim: its count must be right
-    assert target["met"] == sum(f >= RACE_TARGET for f in target["finals"]) and target["seeds"] == len(race["runs"])
 
 
 @pytest.mark.claims

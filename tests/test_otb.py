@@ -181,3 +181,23 @@ def test_sampler_and_trainer():
     # so OTB combines with another sampler from the config alone
     cfg2 = dataclasses.replace(cfg, sampler="policy")
     assert math.isfinite(Trainer(copy.deepcopy(model), tok, "sort", cfg2).step()["loss"])
+
+
+def test_negative_control_sentence_follows_its_verdict():
+    """The prose about the negative control is computed from its verdict: each of the three outcomes of
+    the equivalence test (and one without spread) gives its own sentence, with the numbers in it."""
+    from rlcourse.claims import evaluate
+    from rlcourse.studies.otb import CLAIMS, negative_control_sentence
+
+    claim, base = CLAIMS["negative"], [0.5] * 5
+    far = evaluate(claim, [0.40, 0.41, 0.39, 0.40, 0.42], base, profile="book")
+    near = evaluate(claim, [0.501, 0.499, 0.500, 0.502, 0.498], base, profile="book")
+    edge = evaluate(claim, [0.47, 0.50, 0.49, 0.46, 0.51], base, profile="book")
+    flat = evaluate(claim, [0.45] * 5, base, profile="book")
+    assert (far.verdict, near.verdict, edge.verdict, flat.verdict) == (
+        "does not hold", "holds", "inconclusive", "inconclusive")
+    assert "outside the margin" in negative_control_sentence(far)
+    assert "already matches 32" in negative_control_sentence(near) and near.interval() in negative_control_sentence(near)
+    s = negative_control_sentence(edge)
+    assert "inside the margin" in s and edge.interval() in s and "either way" in s
+    assert "no spread" in negative_control_sentence(flat)

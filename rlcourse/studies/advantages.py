@@ -25,6 +25,7 @@ from ..train import RLConfig, Trainer
 from .runner import Results, Study, run_study
 
 RACE_ESTIMATORS = ("reinforce", "rloo", "grpo")
+RACE_STEPS = 200  # the race's steps in the book profile (300 in an earlier version; see the chapter's note)
 LOSS_TYPES = ("grpo", "dapo")
 MODULES = ("rlcourse.train", "rlcourse.advantages", "rlcourse.losses", "rlcourse.experiments")
 
@@ -50,9 +51,10 @@ def _nan_to_none(values: list) -> list:
 # ---------------------------------------------------------------------- the accuracy race
 def advantage_comparison_config(prof: Profile, estimator: str, seed: int = 0) -> RLConfig:
     """The shared configuration of the estimator comparison: only ``advantage_estimator`` varies.
-    (32 prompts x 8 samples, a learning rate of 2e-4 decayed linearly to 0 over 300 steps, came out
-    of a short sweep on the book-profile addition model; see the chapter.)"""
-    steps = prof.pick(smoke=prof.rl_steps, book=300, full=400)
+    (32 prompts x 8 samples and a learning rate of 2e-4 decayed linearly to 0 came out of a short sweep
+    on the book-profile addition model; the book profile runs :data:`RACE_STEPS` steps, which a pilot
+    on seeds disjoint from the reported ones chose; see the chapter.)"""
+    steps = prof.pick(smoke=prof.rl_steps, book=RACE_STEPS, full=400)
     return RLConfig(
         advantage_estimator=estimator, num_generations=prof.num_generations,
         prompts_per_step=prof.pick(smoke=prof.rl_prompts, book=32, full=64),
@@ -121,14 +123,13 @@ def run_advantage_race(prof: Profile | None = None, estimators=RACE_ESTIMATORS, 
 
 
 _RACE_SETTING = ("tiny Llama (book profile) pre-trained on reversed-digit addition ('medium' base), "
-                 "32 prompts x 8 samples per step, 300 steps, AdamW 2e-4 decayed linearly, token-mean loss, "
+                 f"32 prompts x 8 samples per step, {RACE_STEPS} steps, AdamW 2e-4 decayed linearly, token-mean loss, "
                  "greedy accuracy on 256 held-out prompts")
 
 
 def race_claims() -> dict:
     """The accuracy race's claims: each estimator lifts held-out greedy accuracy over the base model by
-    more than 20 points. (GRPO's 90% is the target the settings were tuned for, not a paper's claim:
-    :func:`race_target` reports it, and it is not in the reproduction ledger.)"""
+    more than 20 points. They are positive controls: the set-up can move the model."""
     out = {}
     for est in RACE_ESTIMATORS:
         out[f"{est}-lifts"] = Claim(
@@ -139,9 +140,6 @@ def race_claims() -> dict:
             metric="final greedy accuracy minus the base model's, per seed", method=est, baseline="base model",
             kind="greater", margin=0.2, role="positive control")  # the budget was tuned so that RL learns
     return out
-
-
-RACE_TARGET = 0.9  # GRPO's final greedy accuracy the race's settings were tuned for (the lab's target)
 
 
 def race_verdicts(race: dict) -> dict:
@@ -159,17 +157,6 @@ def race_verdicts(race: dict) -> dict:
 def race_grid_verdicts(results: Results) -> dict:
     """:func:`race_verdicts` on a :func:`race_study`'s results."""
     return race_verdicts(race_output(results))
-
-
-def race_target(race: dict, target: float = RACE_TARGET) -> dict:
-    """Whether GRPO met the tuning target: ``{"finals", "met", "seeds", "sentence"}`` (per-seed final
-    greedy accuracy, how many seeds ended at or above ``target``, and a sentence saying so)."""
-    finals = [race["runs"][s]["grpo"]["final_accuracy"] for s in sorted(race["runs"])]
-    met = sum(f >= target for f in finals)
-    listed = ", ".join(f"{f:.3f}" for f in finals)
-    sentence = (f"GRPO ended at or above {target:.0%} in {met} of {len(finals)} seeds (final greedy accuracy "
-                f"{listed}; mean {sum(finals) / len(finals):.3f}).")
-    return {"finals": finals, "met": met, "seeds": len(finals), "sentence": sentence}
 
 
 # ---------------------------------------------------------------------- the length bias

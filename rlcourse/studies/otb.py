@@ -298,6 +298,24 @@ CLAIMS = {
 }
 
 
+def negative_control_sentence(v) -> str:
+    """What the negative control's verdict ``v`` (of ``CLAIMS["negative"]``, an equivalence claim) leaves
+    the headline able to say: one sentence, with its difference and interval, for the chapter's prose."""
+    m, f = v.claim.margin, v.claim.unit.format
+    head = f"The negative control's difference, {f(v.effect)},"
+    if v.verdict == "does not hold":
+        return (f"{head} lies outside the margin of \u00b1{m:g} by more than its spread allows, so the testbed tells "
+                "a plain baseline of 4 samples from one of 32, and a match for OTB would mean something.")
+    if v.verdict == "holds":
+        return (f"{head} lies within \u00b1{m:g} with its whole {v.interval_name()} {v.interval()}: here a plain "
+                "baseline of 4 samples already matches 32, so a match for OTB would say nothing.")
+    if v.reason:
+        return f"{head} decides nothing: {v.reason}."
+    where = "inside" if abs(v.effect) < m else "outside"
+    return (f"{head} sits {where} the margin of \u00b1{m:g}, and its {v.interval_name()} {v.interval()} reaches "
+            "across the margin, so no test at this seed count can call it either way.")
+
+
 def otb_verdicts(results: Results) -> dict:
     """Evaluate :data:`CLAIMS` on a :func:`longwrong_study`'s grid.
 
