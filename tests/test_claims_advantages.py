@@ -21,7 +21,10 @@ estimator lifts accuracy (GRPO +0.329 [0.291, 0.367], REINFORCE +0.356 [0.320, 0
 paper's RLOO-over-REINFORCE SNR claim does not hold (-0.123 [-0.214, -0.033], p = 0.99): RLOO's SNR is
 below REINFORCE's, as in the one-seed pilot; and the length-bias claim does not hold: GRPO's loss
 lengthens late wrong answers by +0.195 tokens [0.020, 0.370], above zero but below the 0.5-token margin
-fixed before the run. Those two verdicts are pinned here as computed.
+fixed before the run. Those two verdicts are pinned here as computed. The same chapter at 300 steps on
+another machine (7 Dec 2026, e424ecb, `make book` from a fresh clone) gave the same race effects to the
+digit. At 200 steps (beb197c, same day and machine) the race gave GRPO +0.290 [0.248, 0.332],
+REINFORCE +0.298 [0.253, 0.343] and RLOO +0.279 [0.261, 0.297]: all hold; the other verdicts unchanged.
 """
 import numpy as np
 import pytest

@@ -201,3 +201,5 @@ def test_negative_control_sentence_follows_its_verdict():
     s = negative_control_sentence(edge)
     assert "inside the margin" in s and edge.interval() in s and "either way" in s
     assert "no spread" in negative_control_sentence(flat)
+    on = evaluate(claim, [0.475, 0.481, 0.479, 0.484, 0.481], base, profile="book")  # mean difference -0.020
+    assert on.verdict == "inconclusive" and "sits on the margin" in negative_control_sentence(on)

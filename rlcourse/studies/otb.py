@@ -311,7 +311,10 @@ def negative_control_sentence(v) -> str:
                 "baseline of 4 samples already matches 32, so a match for OTB would say nothing.")
     if v.reason:
         return f"{head} decides nothing: {v.reason}."
-    where = "inside" if abs(v.effect) < m else "outside"
+    if f(abs(v.effect)) == f(m):
+        where = "on"  # to the digits shown
+    else:
+        where = "inside" if abs(v.effect) < m else "outside"
     return (f"{head} sits {where} the margin of \u00b1{m:g}, and its {v.interval_name()} {v.interval()} reaches "
             "across the margin, so no test at this seed count can call it either way.")
 
