@@ -52,8 +52,8 @@ def _nan_to_none(values: list) -> list:
 def advantage_comparison_config(prof: Profile, estimator: str, seed: int = 0) -> RLConfig:
     """The shared configuration of the estimator comparison: only ``advantage_estimator`` varies.
     (32 prompts x 8 samples and a learning rate of 2e-4 decayed linearly to 0 came out of a short sweep
-    on the book-profile addition model; the book profile runs :data:`RACE_STEPS` steps, which a pilot
-    on seeds disjoint from the reported ones chose; see the chapter.)"""
+    on the book-profile addition model; the book profile runs :data:`RACE_STEPS` steps, fixed by two
+    pilots before the reported run; see the chapter.)"""
     steps = prof.pick(smoke=prof.rl_steps, book=RACE_STEPS, full=400)
     return RLConfig(
         advantage_estimator=estimator, num_generations=prof.num_generations,
